@@ -64,7 +64,6 @@ PUBLIC_ALL = {
     "golem.providers.gemini": "DEFAULT_BASE_URL GeminiModel",
     "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel OpenAIResponsesModel",
     "golem.limits": "UsageLimits",
-    "golem.nested": "",
     "golem.records": "SubAgentCall seal_sub_agent_calls sub_agent_calls",
     "golem.resume": "BeforeApproved ResumeProgress",
     "golem.result": "PartialResult Result RunError",

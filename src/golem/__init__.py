@@ -1,11 +1,5 @@
-"""golem: LLM agents whose tool calls can pause the run.
-
-A tool defers a call (`if not call_approved(): raise Deferred(DeferKind.APPROVAL)`,
-all importable from `golem`); the run returns with
-`result.pending` set; the application stores `dumps_history(result.messages)`, asks a
-human or another service, and later resumes — in any process — with
-`agent.run_with_deferred_results(history, DeferredResults(...))`.
-"""
+"""golem: LLM agents whose tool calls can pause the run (`raise Deferred(...)`), to be
+resumed later, in any process, with `agent.run_with_deferred_results`."""
 
 from golem._ids import new_id
 from golem.agent import Agent, RunStream

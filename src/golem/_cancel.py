@@ -1,11 +1,5 @@
-"""Cancellation that awaited code swallowed: the caller's cancellation always wins.
-
-A run compares its task's pending cancellation requests (`Task.cancelling()`) after each
-await of user code with the count it started with. That count is exact from Python 3.13
-on; before, `asyncio.TaskGroup` leaves the cancellation it uses to stop its own body
-counted after it exits (3.11, 3.12), which would read as a swallowed cancellation, so the
-check is off there (ADR 0067).
-"""
+"""Cancellation that awaited code swallowed: the caller's cancellation always wins
+(`Task.cancelling()` compared after user code; on from Python 3.13, ADR 0067)."""
 
 from __future__ import annotations
 
@@ -28,9 +22,8 @@ def cancel_requests() -> int:
 
 
 def raise_if_swallowed(baseline: int) -> None:
-    """Raise `CancelledError` when the current task has more cancellation requests than
-    `baseline` (its count when the run started): awaited code swallowed the caller's
-    cancellation, and the run stops as cancelled. A no-op before Python 3.13."""
+    """Raise `CancelledError` when the task has more cancellation requests than `baseline`
+    (awaited code swallowed the caller's cancellation); a no-op before Python 3.13."""
     if not EXACT_CANCELLING:
         return
     task = asyncio.current_task()

@@ -10,22 +10,15 @@ from typing import Any
 
 from golem._ids import new_id
 from golem._loop import Policy
-from golem._run import History, as_history, conversation_of
-from golem.deferred import (
-    Approval,
-    DeferredRequests,
-    DeferredResults,
-    as_results,
-    pending_calls,
-)
+from golem.agent_tool import PAUSED_MARKER, AgentTool
+from golem.deferred import Approval, DeferredRequests, DeferredResults, as_results, pending_calls
 from golem.errors import ConversationRequired, ResumeError, SealError
-from golem.history import paused_batch_ids, validate_history
+from golem.history import History, as_history, conversation_of, paused_batch_ids, validate_history
 from golem.messages import Message, ToolCall
-from golem.records import drop_finished
 from golem.seal import SealKeys, replace_calls, verify_call
 from golem.tool import DeferKind, InvalidArguments, Tool
 
-__all__ = ["ResumePlan", "Step", "check", "load", "same_args"]
+__all__ = ["ResumePlan", "Step", "check", "compare_expected", "drop_finished", "load", "same_args"]
 
 _SHOWN = 200
 
@@ -35,8 +28,7 @@ def brief(text: str) -> str:
 
 
 def load(hist: History, *, validate: bool = True) -> list[Message]:
-    """The history a resume starts from; JSON that does not load, or (with `validate`)
-    messages that break the structural rules, are a `ResumeError` with the reason."""
+    """The history a resume starts from (`ResumeError` for JSON or structure that is wrong)."""
     try:
         supplied = as_history(hist)
         if validate:
@@ -56,9 +48,8 @@ def check(
     expected: DeferredRequests | None,
     bound: bool | None = None,
 ) -> ResumePlan:
-    """Check a resume of a run under `policy`. `bound` says whether the caller vouched for
-    the conversation (default: whether `conversation_id` was passed); with a seal key, an
-    unbound one needs `expected` (`ConversationRequired`)."""
+    """Check a resume under `policy`; `bound` says whether the caller vouched for the
+    conversation (default: `conversation_id` given); unbound and keyed, it needs `expected`."""
     supplied = load(history)
     resolutions = as_results(results)
     if policy.nested:  # answered sub-agents' calls are no-ops (ADR 0076)
@@ -77,30 +68,60 @@ def check(
     )
 
 
-def _check_results(
+def drop_finished(
     history: Sequence[Message],
-    pending: Sequence[ToolCall],
     results: DeferredResults,
+    expected: DeferredRequests | None,
     tools: Mapping[str, Tool],
+) -> tuple[DeferredResults, DeferredRequests | None]:
+    """`results` and `expected` without the calls of sub-agents that already answered."""
+    keys = [*results.approvals, *results.external]
+    if expected is not None:
+        keys.extend(p.call_id for p in expected.calls)
+    if not any("/" in k for k in keys):
+        return results, expected
+    names = {c.id: c.name for m in history for c in m.tool_calls}
+    finished = [
+        m.tool_call_id + "/"
+        for m in history
+        if m.role == "tool"
+        and m.tool_call_id
+        and not m.content.startswith(PAUSED_MARKER)
+        and isinstance(tools.get(names.get(m.tool_call_id, "")), AgentTool)
+    ]
+    if not finished:
+        return results, expected
+
+    def gone(key: str) -> bool:
+        return key not in names and any(key.startswith(f) for f in finished)
+
+    if not any(gone(k) for k in keys):
+        return results, expected
+    kept = DeferredResults(
+        approvals={k: v for k, v in results.approvals.items() if not gone(k)},
+        external={k: v for k, v in results.external.items() if not gone(k)},
+    )
+    if expected is not None:
+        expected = DeferredRequests(
+            approvals=[p for p in expected.approvals if not gone(p.call_id)],
+            external=[p for p in expected.external if not gone(p.call_id)],
+        )
+    return kept, expected
+
+
+def _check_results(
+    done: set[str], pending: Sequence[ToolCall], results: DeferredResults, tools: Mapping[str, Tool]
 ) -> None:
-    """Each pending call is resolved once, and approved ones have their tool; a resolution
-    for a call the history answers already (ADR 0071) is allowed and skipped."""
+    """Each pending call resolved once, approved ones registered; answered ones skipped."""
     ids = {c.id for c in pending}
-    answered: set[str] | None = None
-    for call_id in results.approvals:
-        if call_id in results.external:
-            raise ResumeError(
-                f'golem: tool call "{call_id}" is resolved as both an approval and an external result'
-            )
-        if call_id not in ids:
-            answered = answered_calls(history) if answered is None else answered
-            if call_id not in answered:
-                raise ResumeError(f'golem: approval for unknown tool call "{call_id}"')
-    for call_id in results.external:
-        if call_id not in ids:
-            answered = answered_calls(history) if answered is None else answered
-            if call_id not in answered:
-                raise ResumeError(f'golem: external result for unknown tool call "{call_id}"')
+    for what, given in (("approval", results.approvals), ("external result", results.external)):
+        for call_id in given:
+            if given is results.approvals and call_id in results.external:
+                raise ResumeError(
+                    f'golem: tool call "{call_id}" is resolved as both an approval and an external result'
+                )
+            if call_id not in ids and call_id not in done:
+                raise ResumeError(f'golem: {what} for unknown tool call "{call_id}"')
     for c in pending:
         approval = results.approvals.get(c.id)
         if approval is None and c.id not in results.external:
@@ -142,22 +163,16 @@ def check_resume(
     conversation_bound: bool = True,
     conversation_named: bool = True,
 ) -> ResumePlan:
-    """Check, in order: pending calls (IDs, no duplicates), nothing after the paused batch,
-    seals (with `keys`) and the batch, `expected` calls, resolutions, kinds, edited
-    arguments. An unbound conversation needs `expected` with `keys`; an unnamed one
-    explains a seal that fails. Raises the first problem (`ResumeError`, `SealError`,
-    `ConversationRequired`), or `TypeError` for an `expected` of another type."""
-    if expected is not None and not isinstance(expected, DeferredRequests):
-        raise TypeError(
-            f"expected is the paused run's Result.pending (DeferredRequests), "
-            f"got {type(expected).__name__}"
-        )
+    """Check pending calls, tail, seals and batch, `expected`, resolutions, kinds and edited
+    args, in that order; raise the first problem (`ResumeError`, `SealError`, `TypeError`)."""
+    expected_type(expected)
     pending = pending_calls(history)
     _check_tail(history)
     if expected is not None:
         history = with_expected_args(history, expected)
         pending = pending_calls(history)
     kinds: dict[str, DeferKind] = {}
+    batch = paused_batch_ids(history)
     if keys is not None:
         for c in pending:
             try:
@@ -173,10 +188,17 @@ def check_resume(
                     "has no conversationId (the Go golem drops it when it re-writes a history) "
                     "and the resume was given a plain history, not a PausedRun",
                 ) from None
-        _check_batch(history, pending)
+        outside = next((c for c in pending if c.id not in batch), None)
+        if outside is not None:  # a sealed call of an older turn had its result removed
+            raise ResumeError(
+                f'golem: pending tool call "{outside.id}" ({outside.name}) is not in the paused '
+                "batch: its seal is genuine, so it was answered in an earlier turn and its "
+                "result removed; a sealed history resumes only the calls of its last pause"
+            )
+    done = answered_calls(history)
     if expected is not None:
-        _check_expected(history, pending, expected, kinds)
-    _check_results(history, pending, results, tools)
+        _check_expected(done & batch, pending, expected, kinds)
+    _check_results(done, pending, results, tools)
     steps = [_step(c, kinds.get(c.id), results, tools) for c in pending]
     if keys is not None and not conversation_bound and expected is None and pending:
         # last, so every other problem is reported as itself: this one is the caller's code
@@ -187,8 +209,7 @@ def check_resume(
 def _step(
     c: ToolCall, kind: DeferKind | None, results: DeferredResults, tools: Mapping[str, Tool]
 ) -> Step:
-    """What the resume does for pending call `c`: its resolution, checked against the kind
-    it was sealed with (when sealed) and, for edited arguments, against its tool."""
+    """What the resume does for pending call `c`, checked against its sealed kind and tool."""
     approval = results.approvals.get(c.id)
     if approval is not None and kind is DeferKind.EXTERNAL:
         raise ResumeError(
@@ -222,8 +243,7 @@ def conversation_required(call_id: str, tool_name: str) -> ConversationRequired:
 
 
 def _check_tail(history: Sequence[Message]) -> None:
-    """Nothing but tool results follows the paused batch (`ResumeError` otherwise: new
-    text for the model is the resume's `prompt`, never an appended message)."""
+    """Nothing but tool results follows the paused batch (new text is the `prompt`)."""
     for i in range(len(history) - 1, -1, -1):
         m = history[i]
         if m.role == "tool":
@@ -237,47 +257,16 @@ def _check_tail(history: Sequence[Message]) -> None:
         )
 
 
-def _check_batch(history: Sequence[Message], pending: Sequence[ToolCall]) -> None:
-    """With a seal key, every pending call is in the paused batch: a sealed call pending in
-    an older turn had its result removed to run it again (`ResumeError`)."""
-    batch = paused_batch_ids(history)
-    for c in pending:
-        if c.id not in batch:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}" ({c.name}) is not in the paused batch: '
-                "its seal is genuine, so it was answered in an earlier turn and its result "
-                "removed; a sealed history resumes only the calls of its last pause"
-            )
-
-
 def _check_expected(
-    history: Sequence[Message],
+    done: set[str],
     pending: Sequence[ToolCall],
     expected: DeferredRequests,
     kinds: dict[str, DeferKind],
 ) -> None:
-    """The pending calls are the expected ones (name, arguments, seal, kind); an expected
-    call not pending is answered in the paused batch (ADR 0071). `ResumeError` otherwise."""
-    wanted = {p.call_id: p for p in expected.calls}
+    """The pending calls are the expected ones, kinds included (`ResumeError`)."""
+    left = compare_expected({c.id: (c.name, c.args, c.seal) for c in pending}, expected)
     approval_ids = {p.call_id for p in expected.approvals}
     for c in pending:
-        p = wanted.pop(c.id, None)
-        if p is None:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}" ({c.name}) is not one of the expected '
-                "pending calls (added to the history after the pause?)"
-            )
-        if p.tool_name != c.name or not same_args(p.args, c.args):
-            what = "tool name differs" if p.tool_name != c.name else "arguments differ"
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}": its {what} from the expected '
-                f"pending call ({p.tool_name} {brief(p.args)}, got {c.name} {brief(c.args)})"
-            )
-        if p.seal and c.seal != p.seal:
-            raise ResumeError(
-                f'golem: pending tool call "{c.id}" ({c.name}) carries another seal than the '
-                "expected pending call (a call sealed in another conversation?)"
-            )
         kind = DeferKind.APPROVAL if c.id in approval_ids else DeferKind.EXTERNAL
         sealed = kinds.setdefault(c.id, kind)
         if sealed is not kind:
@@ -285,13 +274,49 @@ def _check_expected(
                 f'golem: pending tool call "{c.id}" was sealed as {sealed.value} but expected '
                 f"as {kind.value}"
             )
-    if wanted:
-        done = answered_calls(history) & paused_batch_ids(history)
-        for call_id in wanted:
-            if call_id not in done:
-                raise ResumeError(
-                    f'golem: expected pending call "{call_id}" is not pending in the history'
-                )
+    for call_id in left:
+        if call_id not in done:
+            raise ResumeError(
+                f'golem: expected pending call "{call_id}" is not pending in the history'
+            )
+
+
+def compare_expected(
+    waiting: Mapping[str, tuple[str, str, str]], expected: DeferredRequests
+) -> list[str]:
+    """Each waiting call (ID → name, args, seal) is an expected one with that name, the
+    same arguments and (when expected has one) seal; the expected IDs not waiting."""
+    expected_type(expected)
+    wanted = {p.call_id: p for p in expected.calls}
+    for call_id, (name, args, seal) in waiting.items():
+        p = wanted.pop(call_id, None)
+        if p is None:
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({name}) is not one of the expected '
+                "pending calls (added to the history after the pause?)"
+            )
+        if p.tool_name != name or not same_args(p.args, args):
+            what = "tool name differs" if p.tool_name != name else "arguments differ"
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}": its {what} from the expected '
+                f"pending call ({p.tool_name} {brief(p.args)}, got {name} {brief(args)})"
+            )
+        if p.seal and seal != p.seal:
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}" ({name}) carries another seal than the '
+                "expected pending call (a call or sub-agent record sealed in another "
+                "conversation?)"
+            )
+    return list(wanted)
+
+
+def expected_type(expected: object) -> None:
+    """`TypeError` unless `expected` is a `DeferredRequests` (or None)."""
+    if expected is not None and not isinstance(expected, DeferredRequests):
+        raise TypeError(
+            f"expected is the paused run's Result.pending (DeferredRequests), "
+            f"got {type(expected).__name__}"
+        )
 
 
 def answered_calls(history: Sequence[Message]) -> set[str]:
@@ -303,14 +328,12 @@ def answered_calls(history: Sequence[Message]) -> set[str]:
 
 
 def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
+    what = f'golem: edited arguments for tool call "{call.id}" ({call.name}) are'
     if isinstance(args, dict):
         try:
             text = json.dumps(args, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError, RecursionError) as exc:
-            raise ResumeError(
-                f'golem: edited arguments for tool call "{call.id}" ({call.name}) are not '
-                f"JSON-serializable: {exc}"
-            ) from exc
+            raise ResumeError(f"{what} not JSON-serializable: {exc}") from exc
     else:
         text = args
     problem = ""
@@ -322,24 +345,17 @@ def _edited_args(call: ToolCall, args: dict[str, Any] | str, tool: Tool) -> str:
         except UnicodeEncodeError:
             problem = "they hold a lone surrogate, which no JSON history can store"
     if problem:
-        raise ResumeError(
-            f'golem: edited arguments for tool call "{call.id}" ({call.name}) are rejected: '
-            f"{problem}"
-        )
+        raise ResumeError(f"{what} rejected: {problem}")
     try:
         tool.validate_args(text)
     except InvalidArguments as exc:
-        raise ResumeError(
-            f'golem: edited arguments for tool call "{call.id}" ({call.name}) are rejected: '
-            f"{exc.message}"
-        ) from exc
+        raise ResumeError(f"{what} rejected: {exc.message}") from exc
     return text
 
 
 def with_expected_args(history: Sequence[Message], expected: DeferredRequests) -> list[Message]:
-    """`history` with each unsealed pending call that its expected call names with
-    `same_args` holding the expected bytes and seal (the Go golem compacts args and drops
-    seals); a seal restored so is verified as any other."""
+    """`history` with each unsealed pending call that `same_args` as its expected call holding
+    the expected bytes and seal (the Go golem compacts args and drops seals)."""
     wanted = {p.call_id: p for p in expected.calls}
     restored: dict[str, ToolCall] = {}
     answered = {m.tool_call_id for m in history if m.role == "tool"}
@@ -359,9 +375,8 @@ def with_expected_args(history: Sequence[Message], expected: DeferredRequests) -
 
 
 def same_args(a: str, b: str) -> bool:
-    """Whether two tool-call args are the same arguments: the same text, or the same JSON
-    token for token (whitespace and string escapes read; key order, duplicates and number
-    spelling kept), as the Go golem writes them again."""
+    """Whether two tool-call args are the same text, or the same JSON token for token (as the
+    Go golem rewrites them: whitespace and escapes read; key order and numbers kept)."""
     if a == b:
         return True
     ta = _tokens(a)
@@ -369,8 +384,7 @@ def same_args(a: str, b: str) -> bool:
 
 
 def _tokens(text: str) -> Any:
-    """`text` as nested tuples that keep what JSON parsers may read differently, or None
-    when it is not JSON (NaN and Infinity are not)."""
+    """`text` as nested tuples keeping what JSON parsers may read differently, or None."""
     try:
         return json.loads(
             text,

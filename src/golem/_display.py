@@ -1,11 +1,6 @@
-"""Show model text to a person without letting it lie: invisible and control characters made visible.
-
-A tool argument such as `rm -rf /home/\u202egpj.exe` displays as `rm -rf /home/exe.jpg` when
-the right-to-left override is honoured, and raw terminal escapes can rewrite a CLI screen.
-`reveal_parts` splits text into plain runs and markers (`⟨U+202E RLO⟩`) for every bidi
-control, zero-width or other invisible format character, and control character other than
-newline and tab; the inbox renders the markers highlighted, the CLI prints them as text.
-"""
+"""Show model text to a person without letting it lie: `reveal_parts` marks bidi controls,
+invisible format characters and control characters other than newline and tab
+(`⟨U+202E RLO⟩`), for the inbox and the CLI."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The run loop: model → tools → model, shared by every entry point (ADR 0004).
-
-`run_loop` calls the model, runs the tool calls of its answer, and repeats until the model
-answers without tool calls, a call defers (the run pauses) or something fails
-(`RunError`). What it follows arrives as one `Policy`; what it accumulates is a `RunState`."""
+"""The run loop: model → tools → model until an answer without calls, a pause or a
+`RunError`, shared by every entry point (ADR 0004); it follows a `Policy`, fills a `RunState`."""
 
 from __future__ import annotations
 
@@ -43,11 +40,7 @@ __all__ = ["Policy", "RunState", "run_loop"]
 
 @dataclass(slots=True)
 class Policy:
-    """What a run follows, fixed when it starts (an `Agent` builds one per run).
-
-    Read-only by convention: the loop never assigns to it (not `frozen`, whose
-    `__init__` costs several times more on this per-run path).
-    """
+    """What a run follows, fixed at its start (read-only by convention; `frozen` costs here)."""
 
     model: Model
     tools: Mapping[str, Tool]
@@ -69,22 +62,17 @@ class Policy:
     parallel_tool_calls: bool = False
     usage_limits: UsageLimits | None = None
     seal_keys: SealKeys | None = None
-    """Seal pending calls when the run pauses (and verify them on resume)."""
     tool_choice: ToolChoice = "auto"
-    """Sent on every model request: "auto", "required", "none" or a tool name."""
     own_tools: Mapping[str, Tool] | None = None
     """The agent's own tools, when `toolsets` add more (None: `tools` are the agent's)."""
     toolsets: Sequence[Toolset] = ()
-    """Sources of more tools, listed again before every model turn."""
     instructions: Any = None
-    """The system instructions: text, or a function of the `RunContext` (sync or async)."""
     observers: tuple[Callable[[RunEvent], None], ...] = ()
     """The agent's own event handler, ahead of each run's."""
     nested: bool = False
     """Whether `tools` hold an agent tool (runs then collect sub-agent pauses)."""
     tracer_provider: Any = None
     agent: Any = None
-    """The agent the policy is of (named in spans)."""
 
 
 @dataclass(slots=True)
@@ -97,7 +85,6 @@ class RunState:
     conversation_id: str
     observers: Sequence[Callable[[RunEvent], None]] = ()
     sink: Callable[[Delta | RunEvent], None] | None = None
-    """Streaming runs: receives every delta and event in arrival order."""
     usage: Usage = field(default_factory=Usage)
     requests: int = 0
     tool_calls: int = 0
@@ -109,12 +96,10 @@ class RunState:
     tools: dict[str, Tool] | None = None
     """The agent's tools plus its toolsets' as of the last model turn (None: no toolsets)."""
     tracer: ToolSpans | None = None
-    """The run's spans when tracing is on (`golem.integrations.otel`)."""
     call_ids: set[str] | None = None
     """The tool-call IDs of the conversation so far (built on the first turn with calls)."""
     cancels: int = 0
-    """The cancellation requests its task had when the run started (`Task.cancelling()`):
-    one more after a tool or model returns means it swallowed the caller's cancellation."""
+    """Its task's `Task.cancelling()` when the run started (`golem._cancel`)."""
 
     @property
     def listening(self) -> bool:
@@ -333,10 +318,7 @@ async def _model_turn(policy: Policy, state: RunState, turn: int, stream: bool) 
 
 
 def _unique_call_ids(state: RunState, message: Message) -> Message:
-    """`message` with each tool call whose ID the conversation already has given a new one
-    (`<id>_<n>`): some servers number calls from `call_0` in every response, and a call's ID
-    is its identity (resolutions, idempotency keys, seals). The renamed ID is what the
-    history keeps and what later requests send back."""
+    """`message` with each call whose ID the conversation has already renamed `<id>_<n>`."""
     seen = state.call_ids
     if seen is None:
         seen = state.call_ids = {
@@ -444,12 +426,7 @@ _SIGNALS: tuple[tuple[str, type[Exception]], ...] = (
 
 
 def _classify(exc: Exception) -> _Outcome:
-    """The outcome a tool's exception stands for: a signal (directly or chained) or an error.
-
-    A signal is control flow and is kept without its traceback: the frames a traceback holds
-    keep their locals (and, from Python 3.13 on, their callers' frames), which reach this
-    outcome again, a cycle only the GC could free. A real error keeps its traceback.
-    """
+    """The outcome a tool's exception stands for: a signal (no traceback) or an error."""
     if exc.__class__ is Deferred:  # the common signal, raised as itself
         return _Outcome("deferred", None, exc.with_traceback(None))
     for kind, signal in _SIGNALS:
@@ -462,29 +439,14 @@ def _classify(exc: Exception) -> _Outcome:
 def _end_event(state: RunState, turn: int, call: ToolCall, out: _Outcome) -> None:
     if not state.listening:
         return
+    detail: dict[str, Any]
+    kind, detail = EventKind.TOOL_END, {"error": out.error}
     if out.kind == "deferred":
-        assert isinstance(out.error, Deferred)
-        state.emit(
-            EventKind.DEFERRED,
-            turn=turn,
-            call_id=call.id,
-            tool_name=call.name,
-            args=call.args,
-            reason=getattr(out.error, "reason", ""),
-        )
+        kind = EventKind.DEFERRED
+        detail = {"args": call.args, "reason": getattr(out.error, "reason", "")}
     elif out.result is not None:
-        state.emit(
-            EventKind.TOOL_END,
-            turn=turn,
-            call_id=call.id,
-            tool_name=call.name,
-            result=out.result.text,
-            parts=tuple(out.result.parts),
-        )
-    else:
-        state.emit(
-            EventKind.TOOL_END, turn=turn, call_id=call.id, tool_name=call.name, error=out.error
-        )
+        detail = {"result": out.result.text, "parts": tuple(out.result.parts)}
+    state.emit(kind, turn=turn, call_id=call.id, tool_name=call.name, **detail)
 
 
 def _groups(tools: Sequence[Tool]) -> list[list[int]]:
@@ -532,41 +494,25 @@ async def _tool_batch(
     # approval
     stop = state.finish_reason
     cut = len(calls) - 1 if stop in _CUT_OFF else -1
-    if not policy.parallel_tool_calls:  # one call at a time, in emission order
-        for i, call in enumerate(calls):
-            _start_event(state, turn, call)
-            out = await (_cut_off(stop) if i == cut else _execute(policy, state, tools[i], call))
+    # one call at a time, in emission order, unless parallel
+    groups = _groups(tools) if policy.parallel_tool_calls else [[i] for i in range(len(calls))]
+    for group in groups:
+        for i in group:
+            _start_event(state, turn, calls[i])
+        runs = [
+            _cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i])
+            for i in group
+        ]
+        if len(runs) == 1:
+            outcomes = [await runs[0]]
             raise_if_swallowed(state.cancels)
-            _end_event(state, turn, call, out)
-            if out.kind != "deferred":
-                state.tool_calls += 1
+        else:
+            outcomes = await _together(runs)
+        for i, out in zip(group, outcomes, strict=True):
+            _end_event(state, turn, calls[i], out)
+        state.tool_calls += sum(1 for out in outcomes if out.kind != "deferred")
+        for i, out in zip(group, outcomes, strict=True):
             _settle(policy, state, turn, calls, i, tools[i], out, recorded, deferrals)
-    else:
-        for group in _groups(tools):
-            if len(group) == 1:
-                i = group[0]
-                _start_event(state, turn, calls[i])
-                outcomes = [
-                    await (
-                        _cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i])
-                    )
-                ]
-                raise_if_swallowed(state.cancels)
-                _end_event(state, turn, calls[i], outcomes[0])
-            else:
-                for i in group:
-                    _start_event(state, turn, calls[i])
-                outcomes = await _together(
-                    [
-                        _cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i])
-                        for i in group
-                    ]
-                )
-                for i, out in zip(group, outcomes, strict=True):
-                    _end_event(state, turn, calls[i], out)
-            state.tool_calls += sum(1 for out in outcomes if out.kind != "deferred")
-            for i, out in zip(group, outcomes, strict=True):
-                _settle(policy, state, turn, calls, i, tools[i], out, recorded, deferrals)
     if deferrals:
         _check_nameable(state, deferrals)
     state.messages.extend(recorded[i] for i in sorted(recorded))
@@ -578,13 +524,8 @@ async def _tool_batch(
 
 
 async def _together(runs: list[Coroutine[Any, Any, _Outcome]]) -> list[_Outcome]:
-    """Run one parallel group's calls as tasks; their outcomes in emission order.
-
-    `_execute` turns every `Exception` into an outcome, so a task fails only with a
-    `BaseException` — a tool that raised `CancelledError` itself, say. Then the group's
-    other calls are cancelled and awaited before it propagates (`asyncio.gather` returns at
-    the first failure and leaves them running, a tool still acting after its run ended).
-    """
+    """Run one parallel group's calls as tasks; their outcomes in emission order. A task
+    failing with a `BaseException` cancels and awaits the others before it propagates."""
     tasks = [asyncio.ensure_future(run) for run in runs]
     try:
         return await asyncio.gather(*tasks)
@@ -596,9 +537,7 @@ async def _together(runs: list[Coroutine[Any, Any, _Outcome]]) -> list[_Outcome]
 
 
 async def settle(tasks: Sequence[asyncio.Future[Any]]) -> None:
-    """Wait until every one of `tasks` has ended — through further cancellations of the
-    caller, which stay pending (`Task.cancelling()`) for the caller to raise — and
-    retrieve their outcomes, so none is reported as never retrieved."""
+    """Wait until every task has ended, through the caller's cancellations, and retrieve them."""
     while not all(task.done() for task in tasks):
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait(tasks)
@@ -608,9 +547,7 @@ async def settle(tasks: Sequence[asyncio.Future[Any]]) -> None:
 
 
 def _check_nameable(state: RunState, deferrals: Sequence[tuple[ToolCall, Deferred]]) -> None:
-    """A pause hands its pending calls out by ID, and a resume resolves them by ID: a
-    deferring call needs an ID no other tool call of the history has, else the run fails
-    here rather than return a pause that every resume would refuse."""
+    """A deferring call needs an ID no other call of the history has (else `_Fail`)."""
     counts = {call.id: 0 for call, _ in deferrals}
     for m in state.messages:
         if m.role == "assistant":
@@ -665,15 +602,12 @@ def _settle(
         assert isinstance(out.error, ModelRetry)
         budget = tool.max_retries if tool.max_retries is not None else policy.tool_retries
         used = state.feedback.get(call.name, 0)
-        if isinstance(out.error, InvalidArguments):
-            # arguments that fail validation never ran the tool: always correctable
-            # (bounded by max_iterations), without spending the tool's budget
-            recorded[i] = state.tool_message(
-                call,
-                f"Your tool call was rejected: {out.error.message}. Correct the arguments and call the tool again.",
-            )
-        elif used < budget:
-            state.feedback[call.name] = used + 1
+        # arguments that fail validation never ran the tool: always correctable (bounded by
+        # max_iterations), without spending the tool's budget
+        invalid = isinstance(out.error, InvalidArguments)
+        if invalid or used < budget:
+            if not invalid:
+                state.feedback[call.name] = used + 1
             recorded[i] = state.tool_message(
                 call,
                 f"Your tool call was rejected: {out.error.message}. Correct the arguments and call the tool again.",
@@ -688,11 +622,7 @@ def _settle(
     elif out.kind == "canceled":
         _close_canceled(state, calls, recorded)
         state.emit(
-            EventKind.CANCELED,
-            turn=turn,
-            call_id=call.id,
-            tool_name=call.name,
-            error=out.error,
+            EventKind.CANCELED, turn=turn, call_id=call.id, tool_name=call.name, error=out.error
         )
         assert out.error is not None
         raise _Fail(Stage.CANCELED, out.error)
@@ -701,8 +631,7 @@ def _settle(
         if isinstance(out.error, ToolError):
             raise _Fail(Stage.TOOL, out.error)
         raise _Fail(
-            Stage.TOOL,
-            _tool_error(call, str(out.error) or type(out.error).__name__, out.error),
+            Stage.TOOL, _tool_error(call, str(out.error) or type(out.error).__name__, out.error)
         )
 
 
@@ -713,8 +642,7 @@ _UNKINDED = (
 
 
 def _valid_kind(signal: Deferred) -> bool:
-    """Whether a signal whose `kind` is not a `DeferKind` names one as a string (a `kind`
-    reassigned after construction, or a subclass that skipped `Deferred.__init__`)."""
+    """Whether a signal whose `kind` is not a `DeferKind` names one as a string."""
     kind = getattr(signal, "kind", None)
     return isinstance(kind, str) and kind in _KINDS
 

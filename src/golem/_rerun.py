@@ -11,7 +11,7 @@ from typing import Any
 from golem._cancel import raise_if_swallowed
 from golem._checks import ResumePlan, Step, brief
 from golem._loop import Policy, RunState
-from golem.deferred import DeferredRequests, PendingToolCall
+from golem.deferred import PendingToolCall, grouped
 from golem.errors import Stage, ToolError, ToolTimeout
 from golem.events import EventKind
 from golem.messages import Message, ToolCall
@@ -53,8 +53,7 @@ def _edited_text(original: str, edited: str, result: str) -> str:
 
 @dataclass(slots=True)
 class Resolving:
-    """What carrying out `plan` has done so far: the resolutions written, the calls edited
-    and the approved calls that ran (in order), and the merged history once done."""
+    """What carrying out `plan` has done: resolutions, edited calls, the calls that ran."""
 
     plan: ResumePlan
     resolutions: dict[str, Message] = field(default_factory=dict)
@@ -73,8 +72,7 @@ class Resolving:
 async def _rerun_approved(
     tool: Tool, call: ToolCall, ctx: RunContext[Any], timeout: float | None, cancels: int
 ) -> ToolResult:
-    """Execute an approved call once, with `call_approved()` true: a failure, timeout or
-    new deferral is a `RunError` (stage `tool`; `canceled` for `Canceled`)."""
+    """Execute an approved call once; a failure or new deferral is a `RunError`."""
     try:
         with ApprovedScope():
             return await tool.run(ctx, call.args, timeout)
@@ -105,10 +103,8 @@ async def resolve(
     *,
     hand_back: bool = True,
 ) -> list[Message]:
-    """Re-run the plan's approved calls (events flagged `approved`), then merge every
-    resolution: edited calls show the arguments that ran (re-sealed with a seal key).
-    With `hand_back`, a failing re-run's `RunError` carries the answered history as its
-    partial; whatever `before_approved` raises propagates unchanged."""
+    """Re-run the plan's approved calls, then merge every resolution; with `hand_back`, a
+    failing re-run's `RunError` carries the answered history as its partial."""
     plan = work.plan
     for step in plan.steps:
         call, approval = step.call, step.approval
@@ -149,14 +145,12 @@ async def resolve(
 def _handed_back(work: Resolving, policy: Policy, state: RunState) -> PartialResult:
     """The partial of a resume whose approved re-run failed."""
     done = set(work.ran)
-    approvals: list[PendingToolCall] = []
-    external: list[PendingToolCall] = []
+    pending = []
     for step in work.plan.steps:
         c = step.call
         if c.id not in done:
             kind = DeferKind.EXTERNAL if step.approval is None else DeferKind.APPROVAL
-            pending = PendingToolCall(c.id, c.name, c.args, "", kind, c.seal)
-            (external if step.approval is None else approvals).append(pending)
+            pending.append(PendingToolCall(c.id, c.name, c.args, "", kind, c.seal))
     return PartialResult(
         messages=work.answered(),
         usage=state.usage,
@@ -166,7 +160,7 @@ def _handed_back(work: Resolving, policy: Policy, state: RunState) -> PartialRes
         cost=policy.cost(state.usage),
         run_id=state.run_id,
         conversation_id=state.conversation_id,
-        pending=DeferredRequests(approvals=approvals, external=external),
+        pending=grouped(pending),
     )
 
 
@@ -207,9 +201,8 @@ async def _rerun(call: ToolCall, policy: Policy, state: RunState) -> ToolResult:
 
 
 def merge(history: Sequence[Message], resolutions: Mapping[str, Message]) -> list[Message]:
-    """Resolutions placed in the model's emission order: the paused batch's calls get their
-    resolution or recorded result, leftover results follow, then resolutions of older
-    turns by call ID; messages after the batch that are not tool results are dropped."""
+    """Resolutions in the model's emission order: the paused batch's calls, leftover results,
+    then older turns' resolutions by ID; non-tool messages after the batch are dropped."""
     last = -1
     for i in range(len(history) - 1, -1, -1):
         if history[i].role == "assistant" and history[i].tool_calls:

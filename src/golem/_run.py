@@ -1,9 +1,5 @@
-"""One run around the loop: its state, its opened history, and its span and sub-agent scope.
-
-`Agent.run` and a resume both start here: `new_state`, then `open_run` (instructions, the
-repaired history, the prompt), then `run_loop`, inside `run_traced` when the run is traced
-or has agent tools.
-"""
+"""One run around the loop: `new_state`, `open_run` (instructions, repaired history,
+prompt), then `run_loop`, inside `run_traced` when traced or with agent tools."""
 
 from __future__ import annotations
 
@@ -22,10 +18,10 @@ from golem._loop import Policy, RunState, run_loop
 from golem.agent_tool import SUB_RUN, copy_result, run_scope, surface
 from golem.errors import Stage
 from golem.events import EventHandler
-from golem.history import pair_results, validate_history
-from golem.messages import Message, Part, loads_history, new_message, stamped
+from golem.history import History, as_history, conversation_of, pair_results, validate_history
+from golem.messages import Message, Part, new_message, stamped
 from golem.result import Result, RunError
-from golem.tool import ModelRetry, RunContext, Tool
+from golem.tool import ModelRetry, RunContext, Tool, describe_validation
 from golem.toolset import Toolset, enter_all, resolve_tools
 
 if TYPE_CHECKING:
@@ -46,24 +42,6 @@ __all__ = [
 
 T = TypeVar("T")
 Prompt = str | Sequence[str | Part]
-History = Sequence[Message] | str
-
-
-def as_history(hist: History | None) -> list[Message]:
-    """`hist` as messages (JSON text is loaded)."""
-    if hist is None:
-        return []
-    if isinstance(hist, str):
-        return loads_history(hist)
-    return list(hist)
-
-
-def conversation_of(messages: Sequence[Message]) -> str:
-    """The conversation the latest message that names one names, or ""."""
-    for m in reversed(messages):
-        if m.conversation_id:
-            return m.conversation_id
-    return ""
 
 
 def prompt_message(prompt: Prompt) -> Message | None:
@@ -260,19 +238,10 @@ def _unfence(text: str) -> str:
 
 
 def decode_output(adapter: pydantic.TypeAdapter[Any], text: str) -> Any:
-    """The output `adapter` validates from `text` (fenced JSON too); `ModelRetry` naming
-    each problem when it does not validate."""
+    """The output `adapter` validates from `text` (fenced JSON too), else `ModelRetry`."""
     try:
         return adapter.validate_json(_unfence(text))
     except pydantic.ValidationError as exc:
-        retry = ModelRetry(_describe_output_error(exc))
+        retry = ModelRetry(describe_validation(exc, "output"))
         retry.__cause__ = exc
         raise retry from exc
-
-
-def _describe_output_error(exc: pydantic.ValidationError) -> str:
-    problems = []
-    for err in exc.errors(include_url=False):
-        loc = ".".join(str(x) for x in err["loc"]) or "output"
-        problems.append(f"{loc}: {err['msg']}")
-    return "invalid output: " + "; ".join(problems)

@@ -1,9 +1,5 @@
-"""The switch between golem's store, worker and service operations and `golem.integrations.otel`.
-
-This module never imports OpenTelemetry. `golem.integrations.otel.instrument()` installs `hooks`; until
-then (and after `uninstrument()`) every decorated operation is called directly: the cost
-of tracing that is off is one global read per call, and no span object is created.
-"""
+"""The switch between golem's store, worker and service operations and
+`golem.integrations.otel`, which installs `hooks`; until then each operation runs directly."""
 
 from __future__ import annotations
 
@@ -73,16 +69,12 @@ def _decorator(kind: str, op: str) -> Callable[[_F], _F]:
     return decorate
 
 
-def store_op(
-    op: str,
-) -> Callable[[_F], _F]:
+def store_op(op: str) -> Callable[[_F], _F]:
     """Trace an async store method as the span `golem.durable.store.<op>` when tracing is on."""
     return _decorator("store_op", op)
 
 
-def worker_op(
-    op: str,
-) -> Callable[[_F], _F]:
+def worker_op(op: str) -> Callable[[_F], _F]:
     """Trace an async worker method as the current span `golem.durable.worker.<op>` when on."""
     return _decorator("worker_op", op)
 

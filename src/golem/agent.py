@@ -75,33 +75,9 @@ def default_backoff(attempt: int) -> float:
 class Agent(Generic[DepsT, OutputT]):
     """An LLM agent: a model, the tools it may call, and the policy of its runs.
 
-    Args:
-        model: A `golem.model.Model`, or a "provider:model" string (`infer_model`).
-        output_type: `str`, or a type pydantic validates from the final text's JSON.
-        deps_type: The type of `deps`, for type checkers only.
-        instructions: Text, or a function of the `RunContext` (sync or async), per run.
-        tools: `Tool`s or functions (typed by their signature; `@agent.tool` checks deps).
-        tool_timeout: Default seconds a tool call may take (`None`: unbounded).
-        tool_retries: Default `ModelRetry` correction budget per tool per run.
-        output_retries: Correction rounds for a rejected final output.
-        max_iterations: Model turns per loop segment (at least 1).
-        max_attempts: Attempts per model call; retryable provider errors back off.
-        parallel_tool_calls: Run the calls of one response concurrently.
-        usage_limits: Bounds on tokens, requests, tool calls and cost.
-        price: Turns `Usage` into money; required for a cost limit.
-        event_handler: Observer of every run's events (before the run's own).
-        retry_backoff: Seconds after failed attempt n (`default_backoff`; longer Retry-After wins).
-        max_retry_wait: The longest `Retry-After` waited for; longer fails at once.
-        name: A name for logs and the approval service.
-        tool_choice: "auto", "required", "none" or a tool name, on every request.
-        toolsets: Sources of more tools (`golem.toolset`), entered for each run.
-        seal_key: Seal pending calls on pause, verify them on resume (`golem.seal`).
-        tracer_provider: An OpenTelemetry `TracerProvider` (`golem.integrations.otel`).
-
-    Raises:
-        TypeError: `model` is neither a `Model` nor a "provider:model" string.
-        ValueError: duplicate tool names, out-of-range options, a cost limit without `price`.
-    """
+    `model` is a `Model` or a "provider:model" string; the options are listed in
+    docs/guides/getting-started.md. Raises `TypeError` for another model, `ValueError` for
+    duplicate tool names, out-of-range options or a cost limit without `price`."""
 
     def __init__(
         self,
@@ -255,15 +231,13 @@ class Agent(Generic[DepsT, OutputT]):
         deps: Callable[[Any], Any] | None = None,
         timeout: float | None = None,
     ) -> AgentTool:
-        """This agent as a tool of another agent, taking a `prompt` (`golem.agent_tool`):
-        when it pauses, the caller pauses with its calls namespaced `<call id>/<sub call id>`.
-        `ValueError` without a name (given or the agent's) or with "/" in it."""
+        """This agent as a tool of another (`golem.agent_tool`): its pauses surface namespaced
+        `<call id>/<sub call id>`; `ValueError` without a name or with "/" in it."""
         return agent_tool(self, name, description, deps=deps, timeout=timeout)
 
     def _policy(self, tools: Mapping[str, Tool]) -> Policy:
-        """What one run follows: the agent's configuration now, with `tools` (its own, plus
-        its entered toolsets'). Without toolsets one `Policy` serves every run until the
-        configuration changes (`__setattr__`, `_register` drop it)."""
+        """What one run follows with `tools`; without toolsets one `Policy` serves every run
+        until the configuration changes (`__setattr__`, `_register` drop it)."""
         own = tools is self.tools and not self.toolsets
         cached = self._run_policy
         if own and cached is not None and self._policy_tools == len(tools):
@@ -356,13 +330,8 @@ class Agent(Generic[DepsT, OutputT]):
         conversation_id: str | None = None,
         on_event: EventHandler | None = None,
     ) -> Result[OutputT]:
-        """Run the agent on `prompt`, optionally continuing `history`.
-
-        A deferred call pauses the run (`result.pending`; `result.output` raises `RunPaused`).
-        A paused history's pending calls close as interrupted: resume with
-        `run_with_deferred_results`. Raises `RunError` (`.stage`, `__cause__`), or
-        `ValueError` for a malformed history or prompt.
-        """
+        """Run the agent on `prompt`, optionally continuing `history`; a deferred call pauses
+        the run (`result.pending`). Raises `RunError`, or `ValueError` for a malformed history."""
         with ClearedApproval():
             async with self._toolsets_entered() as tools:
                 policy = self._policy(tools)
@@ -514,29 +483,11 @@ class Agent(Generic[DepsT, OutputT]):
         on_event: EventHandler | None = None,
         progress: ResumeProgress | None = None,
     ) -> Result[OutputT]:
-        """Resume a paused run with a resolution for every pending call
-        (docs/guides/deferred-tools.md).
-
-        Approved calls re-run once (`call_approved()` true, edited arguments if given),
-        denied ones get a denial, external results are used verbatim; all join the history
-        in emission order, then `prompt`, and the run goes on (it may pause again).
-        `history` is a `PausedRun` (`Result.paused_run`: the resume is then sealed to its
-        conversation, checked against its pending calls and linked to its trace) or a plain
-        history (the Go contract). `progress` follows what ran (ADR 0071, 0076).
-
-        Raises:
-            ResumeError: before anything runs (`SealError`, `ConversationRequired`...).
-            TypeError: `results` is neither `DeferredResults` nor such a dict.
-            RunError: a re-run or the resumed run failed; its `partial` holds what ran.
-        """
+        """Resume a paused run (a `PausedRun` or a plain history) with a resolution for every
+        pending call, then `prompt`, and go on (docs/guides/deferred-tools.md). Raises
+        `ResumeError` before anything runs, `TypeError` for `results`, `RunError` after."""
         request = ResumeRequest.of(
-            history,
-            results,
-            prompt,
-            deps=deps,
-            run_id=run_id,
-            on_event=on_event,
-            progress=progress,
+            history, results, prompt, deps=deps, run_id=run_id, on_event=on_event, progress=progress
         )
         return await resume_agent(self, request)
 
@@ -633,13 +584,7 @@ class Agent(Generic[DepsT, OutputT]):
         up front (`TypeError`, `ResumeError`), or at its start with toolsets or sub-agents."""
         self._check_streaming()
         request = ResumeRequest.of(
-            history,
-            results,
-            prompt,
-            deps=deps,
-            run_id=run_id,
-            on_event=on_event,
-            progress=progress,
+            history, results, prompt, deps=deps, run_id=run_id, on_event=on_event, progress=progress
         )
         plan = precheck(self, request)
 

@@ -1,16 +1,12 @@
-"""Agents as tools: a parent agent calls a sub-agent, whose pauses surface in the parent.
-
-The sub-agent runs inside the parent's tool call; its usage counts in the parent's, its
-events reach the parent's observers marked with `agent` / `namespace` (ADR 0027). When it
-pauses, the parent pauses with its calls namespaced (`<parent call id>/<sub call id>`) and
-records its paused history in the call's result (`PAUSED_MARKER`); `golem.resume` resumes
-it (docs/guides/agents-as-tools.md, ADR 0021)."""
+"""Agents as tools: a sub-agent runs inside its parent's tool call (usage and events
+included, ADR 0027); its pause surfaces in the parent, namespaced and recorded after
+`PAUSED_MARKER` (docs/guides/agents-as-tools.md, ADR 0021)."""
 
 from __future__ import annotations
 
 import contextvars
 import json
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -19,22 +15,12 @@ import pydantic_core
 
 from golem._loop import Policy, RunState
 from golem.deferred import DeferredRequests, PendingToolCall
-from golem.errors import (
-    Stage,
-    ToolError,
-)
+from golem.errors import Stage, ToolError
 from golem.events import EventHandler, RunEvent, dispatch
 from golem.messages import Message, ToolCall, dumps_history
-from golem.result import PartialResult, Result, RunError
+from golem.result import RESULT_FIELDS, PartialResult, Result, RunError
 from golem.seal import SealKeys
-from golem.tool import (
-    DeferKind,
-    Deferred,
-    ModelRetry,
-    RunContext,
-    Tool,
-    ToolResult,
-)
+from golem.tool import DeferKind, Deferred, ModelRetry, RunContext, Tool, ToolResult
 
 __all__ = [
     "PAUSED_MARKER",
@@ -104,15 +90,7 @@ class SubAgent(Protocol):
 
 
 class AgentTool(Tool):
-    """A `Tool` that runs another `Agent` (build it with `Agent.as_tool`).
-
-    Args:
-        agent: The sub-agent.
-        name: The tool name the parent's model calls.
-        description: What the sub-agent does, for the parent's model.
-        deps: Maps the parent's `deps` to the sub-agent's (default: passed unchanged).
-        timeout: Seconds the whole sub-run may take (None: the parent's `tool_timeout`).
-    """
+    """A `Tool` that runs another `Agent` (`Agent.as_tool`), `deps` mapped, whole sub-run timed."""
 
     __slots__ = ("agent", "map_deps")
 
@@ -153,7 +131,7 @@ class AgentTool(Tool):
             SUB_RUN.reset(token)
             if scope is not None:
                 for sub_state in spent:  # what the sub-run spent, whatever its outcome
-                    _absorb(scope.state, sub_state)
+                    absorb(scope.state, sub_state)
         if result.pending is not None:
             if scope is None:
                 raise RuntimeError(
@@ -161,18 +139,17 @@ class AgentTool(Tool):
                 )
             scope.paused[ctx.call_id] = (self, result)
             kind = DeferKind.APPROVAL if result.pending.approvals else DeferKind.EXTERNAL
-            raise SubAgentPaused(kind, _waiting(self.name, result.pending), result)
+            raise SubAgentPaused(
+                kind,
+                _waiting(self.name, [(p.call_id, p.tool_name) for p in result.pending.calls]),
+                result,
+            )
         return ToolResult(output_text(result.output))
 
 
 def sub_conversation(conversation_id: str, call_id: str) -> str:
-    """The conversation of the sub-run under parent call `call_id` of `conversation_id`:
-    `<conversation>/<call id>` (ADR 0065), so the sub-agent's seals bind the parent's
-    conversation and call; empty when the parent's conversation is unknown.
-
-    `%` and `/` in the call ID are written `%25` and `%2F`: the call ID is then the part
-    after the last `/`, so no two (conversation, call) pairs share a sub-run conversation
-    (`a` + `b/p1` and `a/b` + `p1` would otherwise both be `a/b/p1`)."""
+    """The conversation of the sub-run under parent call `call_id`: `<conversation>/<call id>`
+    with `%` and `/` in the ID escaped (ADR 0065); empty when the parent's is unknown."""
     if not conversation_id:
         return ""
     return f"{conversation_id}/{call_id.replace('%', '%25').replace('/', '%2F')}"
@@ -202,10 +179,8 @@ def forwarder(
     call_id: str,
     tool_name: str,
 ) -> EventHandler | None:
-    """The `on_event` of a sub-run under the parent's call `call_id` of `tool_name`: each
-    event goes to the parent's observers (and stream) marked with `agent` and `namespace`,
-    its call ID and tool name namespaced like the parent's pending calls; None when the
-    parent has no observer."""
+    """The `on_event` of a sub-run under parent call `call_id`: events go to the parent's
+    observers marked with `agent` and `namespace`, IDs namespaced; None without observers."""
     if not observers and sink is None:
         return None
 
@@ -224,7 +199,8 @@ def forwarder(
     return forward
 
 
-def _absorb(state: RunState, result: RunState | Result[Any] | Any) -> None:
+def absorb(state: RunState, result: RunState | Result[Any] | Any) -> None:
+    """Count what `result` (a sub-run's state or result) spent in `state`."""
     state.usage = state.usage + result.usage
     state.requests += result.requests
     state.tool_calls += result.tool_calls
@@ -236,9 +212,19 @@ def output_text(output: Any) -> str:
     return pydantic_core.to_json(output).decode()
 
 
-def _waiting(name: str, pending: DeferredRequests) -> str:
-    calls = ", ".join(f"{p.tool_name} ({p.call_id})" for p in pending.calls)
+def _waiting(name: str, waiting: Iterable[tuple[str, str]]) -> str:
+    calls = ", ".join(f"{tool} ({call_id})" for call_id, tool in waiting)
+    if not calls:
+        return f'sub-agent "{name}" is paused; its calls are answered and a resume continues it'
     return f'sub-agent "{name}" is paused, waiting for {calls}'
+
+
+def record_text(name: str, waiting: Iterable[tuple[str, str]], history: str) -> str:
+    """A paused sub-agent's record: the marker, the calls (ID, tool) it waits on, its history."""
+    state = json.dumps(
+        {"agent": name, "history": history}, ensure_ascii=False, separators=(",", ":")
+    )
+    return f"{PAUSED_MARKER} {_waiting(name, waiting)}\n{state}"
 
 
 # --------------------------------------------------------------------------- pausing
@@ -261,9 +247,8 @@ def run_scope(state: RunState) -> Iterator[_Scope]:
 
 
 def surface(result: Result[Any], scope: _Scope) -> Result[Any]:
-    """A paused parent result with its paused sub-agents' calls surfaced (namespaced, in
-    emission order) and their paused histories recorded in its history; `RunError` (stage
-    `tool`) when a pending call ID occurs twice, which no resolution could tell apart."""
+    """The paused parent result with its paused sub-agents' calls surfaced (namespaced) and
+    their histories recorded; `RunError` (stage `tool`) when a pending call ID repeats."""
     pending = result.pending
     if pending is None or not scope.paused:
         return result
@@ -364,12 +349,8 @@ def paused_record(
     call_id: str, tool_name: str, sub: Result[Any], run_id: str, conv: str
 ) -> Message:
     assert sub.pending is not None
-    state = json.dumps(
-        {"agent": tool_name, "history": dumps_history(sub.messages)},
-        ensure_ascii=False,
-        separators=(",", ":"),
-    )
-    text = f"{PAUSED_MARKER} {_waiting(tool_name, sub.pending)}\n{state}"
+    waiting = [(p.call_id, p.tool_name) for p in sub.pending.calls]
+    text = record_text(tool_name, waiting, dumps_history(sub.messages))
     return Message(
         role="tool",
         content=text,
@@ -381,21 +362,9 @@ def paused_record(
 
 
 def copy_result(result: Result[Any], **changes: Any) -> Result[Any]:
-    """A copy of `result` with `changes` (a paused result is copied without reading its
-    output, which a paused `Result` does not have)."""
+    """A copy of `result` with `changes` (a paused result's output is never read)."""
 
-    fields: dict[str, Any] = {
-        "output": None if result.pending is not None else result.output,
-        "messages": result.messages,
-        "usage": result.usage,
-        "finish_reason": result.finish_reason,
-        "requests": result.requests,
-        "tool_calls": result.tool_calls,
-        "cost": result.cost,
-        "run_id": result.run_id,
-        "conversation_id": result.conversation_id,
-        "pending": result.pending,
-        "trace_context": result.trace_context,
-    }
+    fields: dict[str, Any] = {name: getattr(result, name) for name in RESULT_FIELDS}
+    fields["output"] = None if result.pending is not None else result.output
     fields.update(changes)
     return Result(**fields)

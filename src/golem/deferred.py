@@ -1,13 +1,9 @@
-"""What a pause produces: the pending calls, grouped by kind, and the resolutions that answer them.
-
-The run loop calls `pause` after a tool batch in which calls deferred: the pending calls are
-sealed when the agent has a seal key and grouped into `DeferredRequests`. A caller answers them
-with `DeferredResults`; `golem.resume` checks those and goes on with the run.
-"""
+"""What a pause produces (`pause`: the pending calls, sealed with a key, as
+`DeferredRequests`), the resolutions that answer them (`DeferredResults`) and `PausedRun`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,10 +43,7 @@ class PendingToolCall:
 
 @dataclass(frozen=True, slots=True)
 class DeferredRequests:
-    """The pending calls of a paused run, grouped by how they are resolved.
-
-    Each list keeps the model's emission order.
-    """
+    """The pending calls of a paused run by kind, each list in emission order."""
 
     approvals: list[PendingToolCall] = field(default_factory=list)
     """Calls waiting for a human decision (`DeferKind.APPROVAL`)."""
@@ -67,14 +60,8 @@ class DeferredRequests:
 
 @dataclass(frozen=True, slots=True)
 class Approval:
-    """The decision on one approval request: `approved`, the denial's `reason` (shown to
-    the model), or edited `args` (a dict or JSON object text, checked against the tool's
-    schema; the model is told what changed).
-
-    Raises:
-        ValueError: `args` on a denial.
-        TypeError: `approved` not a bool (never guessed from text), `reason` not a str, or
-            `args` neither a dict nor a str."""
+    """The decision on one approval: `approved`, a denial's `reason`, or edited `args` (dict
+    or JSON object text). `ValueError` for `args` on a denial, `TypeError` for bad types."""
 
     approved: bool
     reason: str = ""
@@ -140,12 +127,7 @@ class DeferredResults:
 
 
 def as_results(results: DeferredResults | Mapping[str, Any]) -> DeferredResults:
-    """`results` as `DeferredResults`; a plain dict `{"approvals": {...}, "external": {...}}`
-    (either key optional) is accepted.
-
-    Raises:
-        TypeError: anything else, or a dict with other keys.
-    """
+    """`results` as `DeferredResults` (or a dict of approvals/external); else `TypeError`."""
     if isinstance(results, DeferredResults):
         return results
     if isinstance(results, Mapping):
@@ -163,6 +145,13 @@ def as_results(results: DeferredResults | Mapping[str, Any]) -> DeferredResults:
     )
 
 
+def grouped(calls: Iterable[PendingToolCall], conversation_id: str = "") -> DeferredRequests:
+    """`calls` as `DeferredRequests`: grouped by kind, each group in the given order."""
+    calls = list(calls)
+    approvals = [p for p in calls if p.kind is DeferKind.APPROVAL]
+    return DeferredRequests(
+        approvals, [p for p in calls if p.kind is not DeferKind.APPROVAL], conversation_id
+    )
 
 
 def _requests_from(
@@ -171,16 +160,13 @@ def _requests_from(
     seals: Mapping[str, str] | None = None,
 ) -> DeferredRequests:
     """Group the calls that deferred in a batch (in emission order) by kind."""
-    approvals: list[PendingToolCall] = []
-    external: list[PendingToolCall] = []
+    pending = []
     for call, signal in deferrals:
         kind = signal.kind if signal.kind.__class__ is DeferKind else DeferKind(signal.kind)
         seal = seals.get(call.id, "") if seals else ""
-        pending = PendingToolCall(
-            call.id, call.name, call.args, getattr(signal, "reason", ""), kind, seal
-        )
-        (approvals if kind is DeferKind.APPROVAL else external).append(pending)
-    return DeferredRequests(approvals, external, conversation_id)
+        reason = getattr(signal, "reason", "")
+        pending.append(PendingToolCall(call.id, call.name, call.args, reason, kind, seal))
+    return grouped(pending, conversation_id)
 
 
 def pause(
@@ -189,12 +175,8 @@ def pause(
     keys: SealKeys | None,
     deferrals: Sequence[tuple[ToolCall, Deferred]],
 ) -> DeferredRequests:
-    """The pending requests of a pausing batch; with `keys`, seal each pending call first.
-
-    The batch's assistant message (the last one with tool calls) is replaced in
-    `messages` by a copy whose pending calls carry their seals; no message is
-    mutated.
-    """
+    """The pending requests of a pausing batch; with `keys`, the batch's assistant message in
+    `messages` is replaced by a copy whose pending calls carry seals."""
     if keys is None:
         return _requests_from(deferrals, conversation_id)
     seals = {call.id: seal_call(keys, conversation_id, call, s.kind) for call, s in deferrals}
@@ -211,14 +193,8 @@ def pause(
 
 
 def pending_calls(history: Sequence[Message]) -> list[ToolCall]:
-    """The calls of the paused batch (the last assistant message with tool calls) that no
-    tool message answers, in emission order. An unanswered call of an older turn is not
-    pending: the resumed run closes it with the interrupted text, as any run repairs it.
-
-    Raises:
-        ResumeError: a tool call has no ID, two tool calls share an ID, or nothing is
-            pending.
-    """
+    """The unanswered calls of the paused batch (the last assistant message with calls), in
+    emission order; `ResumeError` for a call without an ID, a repeated ID, or none pending."""
     answered = {m.tool_call_id for m in history if m.role == "tool"}
     seen: set[str] = set()
     batch: Sequence[ToolCall] = ()
@@ -261,8 +237,7 @@ class _PausedHead(msgspec.Struct, forbid_unknown_fields=False):
 
 
 def _split_history(text: str) -> tuple[str, str]:
-    """`text`, a JSON object, as (the object without its top-level "history" member, that
-    member's value), scanned without recursion: the history nests as deep as Go writes it."""
+    """`text` (a JSON object) as (it without its top-level "history", that value), scanned flat."""
     s = text.strip()
     if not s.startswith("{"):
         raise HistoryError("golem: not a paused run: expected a JSON object")
@@ -309,15 +284,8 @@ PAUSED_RUN_VERSION = 1
 
 @dataclass(frozen=True, slots=True)
 class PausedRun:
-    """Everything a resume needs of a paused run, as one value (`Result.paused_run`).
-
-    Keep it where you keep the run (`dumps` gives one JSON document: the Go-compatible
-    history inside, unchanged, with the conversation ID, trace context and pending calls
-    beside it) and hand it back to `Agent.run_with_deferred_results`: the resume is then
-    sealed to that conversation, checked against exactly these pending calls
-    and linked to the paused run's trace, with no other argument. The document is as
-    trustworthy as the place it was kept; seals (`seal_key`) still verify every call.
-    """
+    """Everything a resume needs of a paused run as one value (`Result.paused_run`): the
+    history, conversation ID, trace context and pending calls; `dumps` gives one JSON document."""
 
     messages: list[Message]
     """The paused history (`Result.messages`)."""
@@ -353,13 +321,7 @@ class PausedRun:
 
     @classmethod
     def loads(cls, text: str | bytes) -> PausedRun:
-        """Read a document `dumps` wrote.
-
-        Raises:
-            HistoryError: the text is not such a document (not JSON, a missing or mistyped
-                field, an unknown `pausedRun` version or call kind) or its history does
-                not load (also a `ValueError`).
-        """
+        """Read a document `dumps` wrote (`HistoryError` when it is not one)."""
         if isinstance(text, bytes):
             text = text.decode("utf-8", "replace")
         head, history = _split_history(text)
@@ -372,8 +334,7 @@ class PausedRun:
                 f"golem: paused run version {wire.pausedRun} is not supported "
                 f"(this golem reads version {PAUSED_RUN_VERSION})"
             )
-        approvals: list[PendingToolCall] = []
-        external: list[PendingToolCall] = []
+        pending = []
         for i, c in enumerate(wire.pending):
             try:
                 kind = DeferKind(c.kind)
@@ -381,11 +342,10 @@ class PausedRun:
                 raise HistoryError(
                     f"golem: paused run pending call {i} has unknown kind {c.kind!r}"
                 ) from None
-            pending = PendingToolCall(c.id, c.name, c.args, c.reason, kind, c.seal)
-            (approvals if kind is DeferKind.APPROVAL else external).append(pending)
+            pending.append(PendingToolCall(c.id, c.name, c.args, c.reason, kind, c.seal))
         return cls(
             messages=loads_history(history),
-            pending=DeferredRequests(approvals, external, wire.conversationId),
+            pending=grouped(pending, wire.conversationId),
             conversation_id=wire.conversationId,
             run_id=wire.runId,
             trace_context=wire.traceContext,

@@ -1,31 +1,5 @@
-"""Every exception golem raises to a caller.
-
-```text
-GolemError
-├── RunError(stage, partial)          a run failed (golem.result, beside the PartialResult it carries)
-├── HistoryError (also ValueError)    history JSON that does not load, or a history that cannot be written
-├── ResumeError (also ValueError)     a resume was rejected before any model call
-│   └── SealError(call_id, problem)   a pending call's seal is missing, forged or broken
-│       ├── ConversationRequired      a keyed resume was not told its conversation
-│       └── SubAgentConversationMismatch  a sub-agent record sealed for another conversation
-├── RunPaused                         read Result.output of a paused run (check is_paused)
-├── ToolError(tool_name, call_id)     usually the cause of RunError(stage=TOOL)
-│   └── ToolTimeout (also TimeoutError) the call overran its timeout
-├── UsageLimitExceeded(kind, limit, actual)
-├── ProviderError(retryable, status_code, error_type, error_code, request_id, body, usage)
-│   ├── AuthenticationError           401/403: the key is missing, wrong or lacks rights
-│   ├── RateLimited(retry_after)      429: slow down (retryable)
-│   ├── Overloaded                    5xx / 529: the service is busy (retryable)
-│   ├── BadRequest                    any other 4xx: the request itself is wrong (409: retryable)
-│   ├── ProviderTimeout               the request timed out (retryable)
-│   ├── ProviderConnectionError       the service could not be reached (retryable)
-│   └── ResponseFormatError           the service answered something unreadable
-└── StoreError                        see golem.durable.store
-```
-
-The signals a tool raises (`ModelRetry`, `Failed`, `Canceled`, `Deferred`) live in
-`golem.tool`; they are caught by the run loop and never reach a caller as raised.
-"""
+"""Every exception golem raises to a caller, drawn as a tree in docs/errors.md. The signals a
+tool raises (`ModelRetry`, `Failed`, `Canceled`, `Deferred`) live in `golem.tool`."""
 
 from __future__ import annotations
 
@@ -79,30 +53,17 @@ class GolemError(Exception):
 
 
 class HistoryError(GolemError, ValueError):
-    """`loads_history` was given text that is not a history, or `dumps_history` a history
-    that cannot be written (a lone surrogate in a text field).
-
-    Also a `ValueError`, as these errors always were. The message names the 0-based message
-    index and the field when there is one; nothing is returned half-loaded.
-    """
+    """Text that is not a history (`loads_history`), or a history that cannot be written
+    (`dumps_history`); also a `ValueError`, naming the message index and field."""
 
 
 class ResumeError(GolemError, ValueError):
-    """A resume was rejected before any model call or re-execution.
-
-    The message names the offending call (by ID, or by tool name when it has none).
-    """
+    """A resume was rejected before any model call or re-execution (naming the call)."""
 
 
 class SealError(ResumeError):
-    """A pending call's seal did not verify; the call was not executed.
-
-    `problem` says what failed: "unsealed" (no seal), "unknown_key" (sealed with a key
-    ID the agent does not hold), "tampered" (the tool name, arguments, kind, call ID or
-    conversation differ from what was sealed, or another key sealed it), "malformed"
-    (the seal text is not a golem seal), "conversation_required" (`ConversationRequired`)
-    or "sub_agent_conversation" (`SubAgentConversationMismatch`).
-    """
+    """A pending call's seal did not verify; `problem` is "unsealed", "unknown_key",
+    "tampered", "malformed", "conversation_required" or "sub_agent_conversation"."""
 
     def __init__(self, call_id: str, tool_name: str, problem: str, message: str) -> None:
         super().__init__(message)
@@ -112,22 +73,17 @@ class SealError(ResumeError):
 
 
 class ConversationRequired(SealError):
-    """A resume with a seal key was given a plain history, not a `PausedRun`: the
-    conversation a history names is its editor's word, so a seal cannot be checked
-    against it. `call_id` / `tool_name` name the first sealed pending call."""
+    """A keyed resume was given a plain history, not a `PausedRun`: a history's conversation
+    is its editor's word. `call_id` / `tool_name` name the first sealed pending call."""
 
 
 class SubAgentConversationMismatch(SealError):
-    """A paused sub-agent's record was sealed for another conversation than its parent
-    call's (`<parent conversation>/<parent call ID>`, ADR 0065); it resumes only from a
-    `PausedRun` whose pending calls carry their seals. `call_id` / `tool_name` are namespaced."""
+    """A paused sub-agent's record sealed for another conversation than its parent call's (ADR
+    0065); it resumes only from a `PausedRun`. `call_id` / `tool_name` are namespaced."""
 
 
 class RunPaused(GolemError):
-    """`Result.output` was read on a run that paused: it has no output until resumed.
-
-    Check `result.is_paused` (or `result.pending`) first; the message names the pending calls.
-    """
+    """`Result.output` read on a paused run (check `result.is_paused` first)."""
 
 
 class ToolError(GolemError):
@@ -154,11 +110,8 @@ class UsageLimitExceeded(GolemError):
 
 
 class ProviderError(GolemError):
-    """A model provider call failed; `retryable` tells the run loop whether to try again.
-
-    `status_code`, `error_type`, `error_code`, `request_id` and `body` (first 64 KiB) are what
-    the provider said, "" when it said nothing; `usage` is what it reported for the failed
-    answer (the run counts it), or None."""
+    """A model provider call failed; `retryable` tells the loop whether to try again, the
+    other fields are what the provider said ("" when nothing), `usage` what it reported."""
 
     retryable: bool = False
     usage: Usage | None = None

@@ -1,9 +1,5 @@
-"""Run events: what happened during a run, delivered to observers as it happens.
-
-Events are delivered synchronously, in a deterministic order: the agent's
-`event_handler` first, then the run's `on_event`. An observer cannot fail the run:
-an exception it raises is logged and ignored.
-"""
+"""Run events, delivered synchronously to the agent's `event_handler`, then the run's
+`on_event`; an exception an observer raises is logged and ignored."""
 
 from __future__ import annotations
 

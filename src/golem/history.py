@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from golem.errors import HistoryError, SealError
-from golem.messages import Message, new_message
+from golem.messages import Message, loads_history, new_message
 from golem.seal import SealKey, as_seal_keys, verify_call
 
 __all__ = [
@@ -87,12 +87,32 @@ class SanitizeReport:
     """With a seal key: the genuine sealed pending calls left open (resumable), by call ID."""
 
 
+History = Sequence[Message] | str
+"""A history: messages, or their JSON (`dumps_history`)."""
+
+
+def as_history(hist: History | None) -> list[Message]:
+    """`hist` as messages (JSON text is loaded)."""
+    if hist is None:
+        return []
+    if isinstance(hist, str):
+        return loads_history(hist)
+    return list(hist)
+
+
+def conversation_of(messages: Sequence[Message]) -> str:
+    """The conversation the latest message that names one names, or ""."""
+    for m in reversed(messages):
+        if m.conversation_id:
+            return m.conversation_id
+    return ""
+
+
 _JSON = msgspec.json.Decoder(msgspec.Raw)  # validates without building values
 
 
 def _args_truncated(args: str) -> bool:
-    """Args are not a JSON object (as Go's `json.Valid` has it: lone surrogate escapes are
-    JSON, `NaN` is not)."""
+    """Args are not a JSON object (as Go's `json.Valid`: lone escapes yes, `NaN` no)."""
     text = args.strip()
     if not text.startswith("{"):
         return True
@@ -123,19 +143,13 @@ def paused_batch_ids(history: Sequence[Message]) -> set[str]:
 def normalize_history(
     history: Sequence[Message], *, keep_open: Collection[str] = ()
 ) -> tuple[list[Message], HistoryRepair]:
-    """Pair every tool call with exactly one result.
-
-    A call with an ID and no result gets a synthesized result (`INTERRUPTED_TEXT`) right
-    after its assistant message, unless its ID is in `keep_open`; orphan, early, duplicate
-    and ID-less results are dropped; calls whose args are not a JSON object are reported as
-    truncated (args stay verbatim). Deterministic, idempotent; the input is never mutated.
-    """
+    """Pair every tool call with exactly one result: a call without one (not in `keep_open`)
+    gets `INTERRUPTED_TEXT`, orphan/duplicate/ID-less results are dropped. Never mutates."""
     return _normalize(history, keep_open, scan_args=True)
 
 
 def pair_results(history: Sequence[Message]) -> list[Message]:
-    """`normalize_history`'s messages alone, without the truncated-args scan (what a run
-    applies to the history it continues)."""
+    """`normalize_history`'s messages alone, without the truncated-args scan."""
     return _normalize(history, (), scan_args=False)[0]
 
 
@@ -193,12 +207,7 @@ def _normalize(
 
 
 def validate_history(history: Sequence[Message]) -> None:
-    """Check the structural rules a run relies on.
-
-    Raises:
-        HistoryError: parts on a system message, thinking outside an assistant message, or
-            an invalid part or thinking block; the message names the 0-based index.
-    """
+    """Check the structural rules a run relies on (`HistoryError` naming the index)."""
     for i, m in enumerate(history):
         if m.parts:
             if m.role == "system":
@@ -233,9 +242,8 @@ _PORT = re.compile(r"(?::[0-9]*)?")
 
 
 def _scheme(url: str) -> str:
-    """The lowercased scheme of `url`, or "" when it has none or Go's `net/url.Parse` (which
-    the Go golem's sanitizer uses) would refuse it: a control character, no scheme at the
-    start, a bad host character, a port that is not digits, a bad `%` escape."""
+    """The lowercased scheme of `url`, or "" when it has none or Go's `net/url.Parse` would
+    refuse it (control characters, bad host, port or `%` escape)."""
     if not url[:1].isascii() or not url[:1].isalpha() or _CONTROL.search(url):
         return ""
     try:
@@ -262,20 +270,8 @@ def sanitize_history(
     seal_key: SealKey | None = None,
     conversation_id: str | None = None,
 ) -> tuple[list[Message], SanitizeReport]:
-    """Make history you did not author safe to run on, and report every change.
-
-    In order: drop system messages, parts whose URL scheme is not http/https and text parts
-    without text, then user messages left empty; then `normalize_history` closes every
-    unanswered call. Nothing else is rewritten. Idempotent; the input is never mutated.
-    With `seal_key`, the pending calls of the paused batch whose seals verify stay open
-    (`report.kept_open`); every other pending call is closed (`report.rejected`).
-
-    Args:
-        history: The submitted history.
-        seal_key: The agent's seal key (bytes or `SealKeys`).
-        conversation_id: The conversation the seals must belong to (default: the history's
-            last conversation ID, which its editor wrote: pass your own record's; ADR 0065).
-    """
+    """Make history you did not author safe to run on: drop system messages, non-http(s) parts
+    and empty text, then normalize; with `seal_key`, genuinely sealed pending calls stay open."""
     systems = 0
     unsafe: list[UnsafePart] = []
     kept: list[Message] = []

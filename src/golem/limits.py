@@ -12,11 +12,8 @@ __all__ = ["UsageLimits"]
 
 @dataclass(frozen=True, slots=True)
 class UsageLimits:
-    """Upper bounds for one run; `None` leaves a dimension unbounded.
-
-    Crossing a bound (strictly greater) fails the run with `RunError(stage=USAGE)`
-    whose cause is `UsageLimitExceeded`.
-    """
+    """Upper bounds for one run (`None`: unbounded); crossing one fails the run with
+    `RunError(stage=USAGE)` caused by `UsageLimitExceeded`."""
 
     input_tokens: int | None = None
     output_tokens: int | None = None

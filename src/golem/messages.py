@@ -1,12 +1,6 @@
-"""The message model of a conversation and its durable JSON form.
-
-A history is a plain `list[Message]`. `dumps_history` / `loads_history` convert it to and
-from the Go golem's JSON: an array of objects with the keys `role, content, parts, toolCalls,
-toolCallId, toolName, failed, thinking, runId, conversationId` (empty fields omitted; tool-call
-`args` embedded byte for byte), plus golem's additive keys `citations`, `serverTools`, `seal`
-and a part's `text` and `signature`, which the Go golem ignores. The rules and their reasons:
-docs/adr/0015-history-codec.md (with ADR 0028, 0047, 0060, 0075).
-"""
+"""The message model of a conversation and its Go-compatible JSON form (`dumps_history`,
+`loads_history`: args embedded byte for byte, golem's additive keys ignored by Go); the
+rules: docs/adr/0015-history-codec.md."""
 
 from __future__ import annotations
 
@@ -380,13 +374,8 @@ def _depth(text: str) -> int:
 
 
 def _embeddable(args: str, top: bool = True) -> msgspec.Raw | None:
-    """`args` as the raw JSON value to embed verbatim, or None when written as a JSON string.
-
-    Embedded: one JSON value with no whitespace around it, nested at most `MAX_ARGS_DEPTH`,
-    not `null`, and not a JSON string unless its content passes this same test. As the args
-    themselves (`top`), never as a string's content: `""` and JSON whose strings hold escaped
-    lone surrogates (ADR 0047). The loader applies the same test to every string it reads.
-    """
+    """`args` as the raw JSON value to embed verbatim, or None when written as a JSON string
+    (not one bare JSON value within `MAX_ARGS_DEPTH`, `null`, or a string failing this test)."""
     if not args or args[0] in " \t\n\r" or args[-1] in " \t\n\r" or args == "null":
         return None
     if args[0] == '"' and top and args == '""':
@@ -449,13 +438,8 @@ def _raw_in(raw: msgspec.Raw) -> str:
 
 
 def dumps_history(messages: Sequence[Message]) -> str:
-    """Encode a history as Go-compatible JSON: empty fields omitted, args that are one JSON
-    value embedded byte for byte, other args as a JSON string of their text. Then
-    `loads_history(dumps_history(h)) == h`, and `dumps_history(loads_history(s)) == s`.
-
-    Raises:
-        HistoryError: a field holds a lone surrogate; names the message index and the field.
-    """
+    """Encode a history as Go-compatible JSON (empty fields omitted, args embedded byte for
+    byte when they are one JSON value); `HistoryError` for a lone surrogate in a field."""
     try:
         return _ENCODER.encode(_wire(messages)).decode()
     except UnicodeEncodeError:
@@ -537,18 +521,8 @@ def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
 
 
 def loads_history(text: str | bytes) -> list[Message]:
-    """Decode a history from JSON written by `dumps_history` or by the Go golem.
-
-    Unknown keys are ignored, missing keys and `null` take their defaults; each call's `args`
-    are the raw JSON text as in the document (a string golem wrote for args it does not embed
-    loads as its content); bytes that are not UTF-8 read as U+FFFD, one per byte, as Go reads.
-
-    Raises:
-        HistoryError: (a `ValueError`) not such a history: not JSON (`NaN`, a lone surrogate
-            in a text field, nesting deeper than `MAX_NESTING`), not an array, or a message
-            of the wrong shape; names the 0-based message index when there is one.
-        TypeError: `text` is neither `str` nor bytes.
-    """
+    """Decode a history written by `dumps_history` or the Go golem (unknown keys ignored,
+    non-UTF-8 bytes as U+FFFD); `HistoryError` when it is not one, `TypeError` for `text`."""
     if not isinstance(text, str | bytes | bytearray | memoryview):
         raise TypeError(
             "loads_history takes the JSON text of a history (str or bytes), got "
@@ -578,8 +552,7 @@ def loads_history(text: str | bytes) -> list[Message]:
 
 
 def _messages(wire: list[_Message]) -> list[Message]:
-    """The messages of the decoded wire structs, consumed in chunks so that their memory is
-    reused for the next messages instead of fresh pages (a large load: 15-30% faster)."""
+    """The messages of the decoded wire structs, consumed in chunks to reuse their memory."""
     if len(wire) <= 256:
         return _convert(wire, 0)
     out: list[Message] = []
@@ -657,9 +630,8 @@ _FLAT_DEPTH = 5  # golem's own structure: the array, a message, toolCalls, a cal
 
 
 def _decode_slow(text: str, exc: BaseException) -> list[_Message] | None:
-    """Decode a document msgspec refused for what Go accepts: escaped lone surrogates and
-    values nested deeper than msgspec goes (ADR 0015, "Limits and the slow path"); a text
-    field holding a lone surrogate is a `HistoryError`, as is anything else not a history."""
+    """Decode what msgspec refused but Go accepts (escaped lone surrogates, deep nesting; ADR
+    0015); a lone surrogate in a text field, or anything else, is a `HistoryError`."""
     lone = _lone_escapes(text)
     used = {ord(c) for c in re.findall("[\ue000-\uf8ff]", text)}
     used.update(int(m[2:], 16) for m in re.findall(r"\\u[eEfF][0-9a-fA-F]{3}", text))
@@ -721,12 +693,8 @@ _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def deep_spans(text: str) -> list[tuple[int, int]] | None:
-    """The spans of the values opening deeper than `_FLAT_DEPTH` in the JSON `text`; None when
-    `text` is not one JSON value or nests deeper than `MAX_NESTING`.
-
-    Checked without deep recursion: the brackets (strings skipped) cut the text into slices at
-    most `_SLICE` deep, each nested slice replaced by `""`, and msgspec checks each slice.
-    """
+    """The spans of the values opening deeper than `_FLAT_DEPTH` in `text`, found without deep
+    recursion; None when it is not one JSON value or nests deeper than `MAX_NESTING`."""
     top: list[tuple[int, int]] = []
     open_cuts: list[tuple[int, list[tuple[int, int]]]] = []  # start, nested cuts
     depth = 0

@@ -1,10 +1,5 @@
-"""The model port: what golem asks of a language model, and what it gets back.
-
-A model is any object with `async def generate(request) -> ModelResponse`. A
-streaming model also has `generate_stream(request)`, an async iterator that yields
-`Delta`s in arrival order and, as its last item, the final `ModelResponse` — the
-same response `generate` would have returned for the same content.
-"""
+"""The model port: `async generate(request) -> ModelResponse`, and for streaming
+`generate_stream(request)` yielding `Delta`s then the final `ModelResponse`."""
 
 from __future__ import annotations
 

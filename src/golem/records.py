@@ -1,5 +1,5 @@
-"""The records of paused sub-agents in a parent's history (after `PAUSED_MARKER`):
-reading them, the calls they wait on, and sealing those calls."""
+"""A paused sub-agent's record in its parent's history (after `PAUSED_MARKER`): reading,
+writing and sealing it, and checking a nested resume's share of each, at any depth (ADR 0076)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from golem._run import conversation_of
-from golem.agent_tool import (
-    PAUSED_MARKER,
-    AgentTool,
-    sub_conversation,
+from golem._checks import (
+    answered_calls,
+    check,
+    compare_expected,
+    conversation_required,
+    drop_finished,
+    with_expected_args,
 )
-from golem.deferred import DeferredRequests, DeferredResults, PendingToolCall, pending_calls
-from golem.errors import (
-    HistoryError,
-    ResumeError,
+from golem.agent_tool import PAUSED_MARKER, AgentTool, SubAgent, record_text, sub_conversation
+from golem.deferred import (
+    DeferredRequests,
+    DeferredResults,
+    PendingToolCall,
+    grouped,
+    pending_calls,
 )
+from golem.errors import HistoryError, ResumeError, SubAgentConversationMismatch
+from golem.history import conversation_of, paused_batch_ids, validate_history
 from golem.messages import Message, ToolCall, dumps_history, loads_history
 from golem.seal import SealKey, seal_pending
-from golem.tool import (
-    DeferKind,
-    Tool,
-)
+from golem.tool import DeferKind, Tool
 
 __all__ = ["SubAgentCall", "seal_sub_agent_calls", "sub_agent_calls"]
 
@@ -35,50 +39,47 @@ class Paused:
     message: Message
     tool: AgentTool
     history: list[Message]
-    waiting: dict[str, str]
-    """The calls the sub-agent waits on (nested ones namespaced) → tool name."""
+    waiting: dict[str, str]  # the calls it waits on (nested ones namespaced) → tool name
     approvals: dict[str, Any] = field(default_factory=dict)
     external: dict[str, str] = field(default_factory=dict)
-    conversation: str = ""
-    """The sub-run's conversation its resume verifies seals for (`sub_conversation`)."""
-    expected: DeferredRequests | None = None
-    """The sub-agent's share of the parent's `expected` (only for a record sealed for
-    another conversation, which it alone binds)."""
+    conversation: str = ""  # the sub-run's conversation its seals are verified in
+    expected: DeferredRequests | None = None  # its share of `expected`, for a foreign record
 
     @property
     def continues(self) -> bool:
-        """Whether the record waits on nothing: a resume that failed or was cancelled
-        after the sub-agent's calls were all answered left it (ADR 0076); the sub-agent
-        goes on with `Agent.run` on its history."""
+        """Whether the record waits on nothing (left by a failed resume): it goes on with `run`."""
         return not self.waiting and not paused_records(self.history)
 
 
 def paused_records(history: Sequence[Message]) -> bool:
     """Whether `history` holds a paused sub-agent's record (cheap check before a resume)."""
-    return any(m.role == "tool" and m.content.startswith(PAUSED_MARKER) for m in history)
+    return any(_is_record(m) for m in history)
+
+
+def _is_record(m: Message) -> bool:
+    return m.role == "tool" and m.content.startswith(PAUSED_MARKER)
+
+
+def _read(m: Message) -> tuple[dict[str, Any], list[Message]]:
+    """A record's state and its sub-agent's history (`ValueError` and kin when unreadable)."""
+    state = json.loads(m.content.split("\n", 1)[1])
+    return state, loads_history(state["history"])
+
+
+_UNREADABLE = (IndexError, KeyError, TypeError, ValueError, RecursionError)
 
 
 def _record_text(history: list[Message]) -> str:
-    """`history` as a record holds it: its JSON, with a lone surrogate in a message's text
-    (a tool's result; no JSON history can hold one) written as U+FFFD, as the codec reads
-    text that is not UTF-8, so that what ran is handed back rather than lost."""
+    """`history` as a record's JSON, a lone surrogate in a text written as U+FFFD."""
     try:
         return dumps_history(history)
     except HistoryError:
-        return dumps_history(
-            [replace(m, content=_unpaired(m.content)) if m.content else m for m in history]
-        )
+        fix = [(m, m.content.encode("utf-16", "surrogatepass")) for m in history]
+        return dumps_history([replace(m, content=b.decode("utf-16", "replace")) for m, b in fix])
 
 
-def _unpaired(text: str) -> str:
-    """`text` with each lone surrogate replaced by U+FFFD."""
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def ran_in(history: Sequence[Message], key: str, tools: Mapping[str, Tool]) -> bool:
-    """Whether `key` names a call `history` answers, or one under an answered call of an
-    agent tool of `tools` (a sub-agent's, `<call id>/<sub call id>`): a resolution a resume
-    that failed or was cancelled already used (ADR 0071, ADR 0076)."""
+def _ran_in(history: Sequence[Message], key: str, tools: Mapping[str, Tool]) -> bool:
+    """Whether `key` names an answered call, or one under an answered agent-tool call."""
     answered = {m.tool_call_id for m in history if m.role == "tool"}
     return any(
         c.id in answered
@@ -90,10 +91,10 @@ def ran_in(history: Sequence[Message], key: str, tools: Mapping[str, Tool]) -> b
     )
 
 
-def read_records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[str, Paused]:
+def _read_records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[str, Paused]:
     records: dict[str, Paused] = {}
     for i, m in enumerate(history):
-        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
+        if not _is_record(m):
             continue
         tool = tools.get(m.tool_name)
         if not isinstance(tool, AgentTool):
@@ -102,9 +103,8 @@ def read_records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[
                 f'"{m.tool_name}" is not an agent tool of this agent'
             )
         try:
-            state = json.loads(m.content.split("\n", 1)[1])
-            sub_history = loads_history(state["history"])
-        except (IndexError, KeyError, TypeError, ValueError, RecursionError) as exc:
+            sub_history = _read(m)[1]
+        except _UNREADABLE as exc:
             raise ResumeError(
                 f'golem: the paused sub-agent record of tool call "{m.tool_call_id}" is '
                 f"unreadable: {exc}"
@@ -113,9 +113,8 @@ def read_records(history: Sequence[Message], tools: Mapping[str, Tool]) -> dict[
     return records
 
 
-def owner_of(records: Mapping[str, Paused], key: str, own_ids: set[str]) -> str | None:
-    """The record whose sub-agent a resolution key names, or None for the parent's own
-    call; `ResumeError` when it names a waiting call of two of them."""
+def _owner_of(records: Mapping[str, Paused], key: str, own_ids: set[str]) -> str | None:
+    """The record a resolution key names (None: the parent's own); `ResumeError` if two."""
     owners = [
         call_id
         for call_id, rec in records.items()
@@ -136,11 +135,16 @@ def owner_of(records: Mapping[str, Paused], key: str, own_ids: set[str]) -> str 
     return None
 
 
-def _waiting_calls(history: Sequence[Message]) -> dict[str, str]:
-    """Every call a paused history waits on, by ID (nested ones namespaced) → tool name."""
-    waiting = {c.id: c.name for c in pending_or_none(history)}
-    waiting.update((call_id, sub.tool_name) for call_id, sub in sub_agent_calls(history).items())
+def _waiting(history: Sequence[Message]) -> dict[str, tuple[str, str, str]]:
+    """Each call a paused history waits on (nested ones namespaced) → name, args, seal."""
+    waiting = {c.id: (c.name, c.args, c.seal) for c in _pending_or_none(history)}
+    for k, sub in sub_agent_calls(history).items():
+        waiting[k] = (sub.tool_name, sub.call.args, sub.call.seal)
     return waiting
+
+
+def _waiting_calls(history: Sequence[Message]) -> dict[str, str]:
+    return {k: v[0] for k, v in _waiting(history).items()}
 
 
 class SubAgentCall(NamedTuple):
@@ -164,21 +168,19 @@ class SubAgentCall(NamedTuple):
 def sub_agent_calls(
     history: Sequence[Message], conversation_id: str = ""
 ) -> dict[str, SubAgentCall]:
-    """The calls the paused sub-agents recorded in `history` wait on, by namespaced ID, in
-    history order, at any depth (unreadable records skipped). With the parent's
-    `conversation_id`, each call's `conversation_id` is its sub-run's derived one."""
+    """The calls the paused sub-agents recorded in `history` wait on, by namespaced ID, at
+    any depth; with the parent's `conversation_id`, each carries its sub-run's conversation."""
     found: dict[str, SubAgentCall] = {}
     for m in history:
-        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
+        if not _is_record(m):
             continue
         try:
-            state = json.loads(m.content.split("\n", 1)[1])
-            inner = loads_history(state["history"])
-        except (IndexError, KeyError, TypeError, ValueError, RecursionError):
+            inner = _read(m)[1]
+        except _UNREADABLE:
             continue
         named = conversation_of(inner)
         conversation = sub_conversation(conversation_id, m.tool_call_id) or named
-        for c in pending_or_none(inner):
+        for c in _pending_or_none(inner):
             found[f"{m.tool_call_id}/{c.id}"] = SubAgentCall(
                 c, f"{m.tool_name}/{c.name}", conversation, named
             )
@@ -195,22 +197,19 @@ def seal_sub_agent_calls(
     kinds: Mapping[str, DeferKind | str],
     conversation_id: str = "",
 ) -> list[Message]:
-    """A copy of `history` whose paused sub-agents' calls named in `kinds` (namespaced ID
-    → kind) are sealed, each for its sub-run's conversation (derived from `conversation_id`
-    when given, else the record's), at any depth; nothing is mutated."""
+    """A copy of `history` whose paused sub-agents' calls named in `kinds` (namespaced ID →
+    kind) are sealed for their sub-runs' conversations, at any depth."""
     out = list(history)
     for i, m in enumerate(out):
-        if m.role != "tool" or not m.content.startswith(PAUSED_MARKER):
+        if not _is_record(m):
             continue
         prefix = f"{m.tool_call_id}/"
         mine = {k[len(prefix) :]: v for k, v in kinds.items() if k.startswith(prefix)}
         if not mine:
             continue
-        head, sep, body = m.content.partition("\n")
         try:
-            state = json.loads(body)
-            inner = loads_history(state["history"])
-        except (KeyError, TypeError, ValueError, RecursionError):
+            state, inner = _read(m)
+        except _UNREADABLE:
             continue
         conversation = sub_conversation(conversation_id, m.tool_call_id)
         conversation = conversation or conversation_of(inner)
@@ -218,105 +217,43 @@ def seal_sub_agent_calls(
         inner = seal_sub_agent_calls(inner, keys, mine, conversation if conversation_id else "")
         state["history"] = dumps_history(inner)
         text = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
-        out[i] = replace(m, content=f"{head}{sep}{text}")
+        head = m.content.split("\n", 1)[0]
+        out[i] = replace(m, content=f"{head}\n{text}")
     return out
 
 
-def pending_or_none(history: Sequence[Message]) -> list[Any]:
+def _pending_or_none(history: Sequence[Message]) -> list[Any]:
     try:
         return pending_calls(history)
     except ResumeError:
         return []
 
 
-def drop_finished(
-    history: Sequence[Message],
-    results: DeferredResults,
-    expected: DeferredRequests | None,
-    tools: Mapping[str, Tool],
-) -> tuple[DeferredResults, DeferredRequests | None]:
-    """`results` and `expected` without the namespaced calls of sub-agents that answered:
-    a key `<call id>/...` naming no call of `history`, whose call an agent tool's answer
-    (not a paused record) answers — left by a nested resume that failed or was cancelled
-    after that sub-agent answered (ADR 0076). Like a resolution for any answered call
-    (ADR 0071), it is skipped; nothing of it runs."""
-    keys = [*results.approvals, *results.external]
-    if expected is not None:
-        keys.extend(p.call_id for p in expected.calls)
-    if not any("/" in k for k in keys):
-        return results, expected
-    names = {c.id: c.name for m in history for c in m.tool_calls}
-    finished = [
-        m.tool_call_id + "/"
-        for m in history
-        if m.role == "tool"
-        and m.tool_call_id
-        and not m.content.startswith(PAUSED_MARKER)
-        and isinstance(tools.get(names.get(m.tool_call_id, "")), AgentTool)
-    ]
-    if not finished:
-        return results, expected
-
-    def gone(key: str) -> bool:
-        return key not in names and any(key.startswith(f) for f in finished)
-
-    if not any(gone(k) for k in keys):
-        return results, expected
-    kept = DeferredResults(
-        approvals={k: v for k, v in results.approvals.items() if not gone(k)},
-        external={k: v for k, v in results.external.items() if not gone(k)},
-    )
-    if expected is not None:
-        expected = DeferredRequests(
-            approvals=[p for p in expected.approvals if not gone(p.call_id)],
-            external=[p for p in expected.external if not gone(p.call_id)],
-        )
-    return kept, expected
-
-
 def progress_record(
     rec: Paused, sub_history: list[Message], run_id: str, conversation_id: str
 ) -> Message:
     """`rec` rewritten to hold `sub_history`, its sub-agent's progress (ADR 0076)."""
-    name = rec.tool.name
-    waiting = _waiting_calls(sub_history)
-    if waiting:
-        calls = ", ".join(f"{sub_name} ({sub_id})" for sub_id, sub_name in waiting.items())
-        line = f'sub-agent "{name}" is paused, waiting for {calls}'
-    else:
-        line = f'sub-agent "{name}" is paused; its calls are answered and a resume continues it'
-    state = json.dumps(
-        {"agent": name, "history": _record_text(sub_history)},
-        ensure_ascii=False,
-        separators=(",", ":"),
+    text = record_text(
+        rec.tool.name, _waiting_calls(sub_history).items(), _record_text(sub_history)
     )
     return replace(
         rec.message,
-        content=f"{PAUSED_MARKER} {line}\n{state}",
+        content=text,
         run_id=run_id or rec.message.run_id,
         conversation_id=conversation_id or rec.message.conversation_id,
     )
 
 
 def pending_of(history: Sequence[Message], results: DeferredResults) -> DeferredRequests:
-    """The calls a paused `history` waits on — its own pending calls and, where each
-    paused sub-agent's record stands, that sub-agent's (namespaced, at any depth) — in
-    history order, grouped by the kind `results` gives them (reasons are empty: a history
-    keeps none)."""
+    """The calls a paused `history` waits on, its own and its paused sub-agents' (namespaced,
+    any depth), in history order, grouped by the kind `results` gives them."""
     answered = {m.tool_call_id for m in history if m.role == "tool"}
-    records = {
-        m.tool_call_id: m
-        for m in history
-        if m.role == "tool" and m.content.startswith(PAUSED_MARKER)
-    }
-    approvals: list[PendingToolCall] = []
-    external: list[PendingToolCall] = []
+    records = {m.tool_call_id: m for m in history if _is_record(m)}
+    pending: list[PendingToolCall] = []
 
     def add(call_id: str, tool_name: str, call: ToolCall) -> None:
-        approval = call_id in results.approvals
-        kind = DeferKind.APPROVAL if approval else DeferKind.EXTERNAL
-        pending = PendingToolCall(call_id, tool_name, call.args, "", kind, call.seal)
-        (approvals if approval else external).append(pending)
+        kind = DeferKind.APPROVAL if call_id in results.approvals else DeferKind.EXTERNAL
+        pending.append(PendingToolCall(call_id, tool_name, call.args, "", kind, call.seal))
 
     for m in history:
         if m.role != "assistant":
@@ -328,4 +265,255 @@ def pending_of(history: Sequence[Message], results: DeferredResults) -> Deferred
                     add(key, sub.tool_name, sub.call)
             elif c.id not in answered:
                 add(c.id, c.name, c)
-    return DeferredRequests(approvals=approvals, external=external)
+    return grouped(pending)
+
+
+@dataclass(slots=True)
+class NestedPlan:
+    """A nested resume checked so far: the records and who resolves what."""
+
+    history: list[Message]  # the paused history (with `expected`'s arguments) to rewrite
+    results: DeferredResults  # every resolution, as given
+    checked: list[Message]  # the history the parent's own resolutions are checked on
+    records: dict[str, Paused]
+    own: DeferredResults  # the parent's own resolutions
+    own_pending: bool  # whether the parent has pending calls of its own
+    expected: DeferredRequests | None
+
+
+def check_records(
+    history: list[Message],
+    results: DeferredResults,
+    tools: Mapping[str, Tool],
+    expected: DeferredRequests | None = None,
+) -> NestedPlan:
+    """Check a nested resume's records and split the resolutions between the parent and each
+    sub-agent, against `expected` when given (`ResumeError`; `TypeError` for `expected`)."""
+    if expected is not None:
+        history = with_expected_args(history, expected)
+    given, checked = results, history
+    results, expected = drop_finished(checked, results, expected, tools)
+    if expected is not None:
+        checked = with_expected_args(checked, expected)
+        _check_expected(checked, results, expected)
+    records = _read_records(checked, tools)
+    batch = paused_batch_ids(checked)
+    for call_id, rec in records.items():
+        if call_id not in batch:
+            raise ResumeError(
+                f'golem: the paused sub-agent record of tool call "{call_id}" '
+                f"({rec.tool.name}) is not in the paused batch: a sub-agent paused in an "
+                "earlier turn was resumed then, and its answer was replaced by its old record "
+                "to run it again; a paused history records sub-agents only for its last pause"
+            )
+    own_ids = {c.id for c in _pending_or_none(checked)}  # a record answers its call
+    own = _split(records, results, own_ids)
+    for call_id, rec in records.items():
+        _check_share(call_id, rec)
+    if not own_ids:
+        done = answered_calls(checked)
+        unknown = next((k for k in [*own.approvals, *own.external] if k not in done), None)
+        if unknown is not None:
+            raise ResumeError(f'golem: resolution for unknown tool call "{unknown}"')
+    return NestedPlan(history, given, checked, records, own, bool(own_ids), expected)
+
+
+def _check_share(call_id: str, rec: Paused) -> None:
+    """Every call the sub-agent waits on is resolved, and nothing else of it."""
+    for sub_id, sub_name in rec.waiting.items():
+        if sub_id not in rec.approvals and sub_id not in rec.external:
+            raise ResumeError(
+                f'golem: pending tool call "{call_id}/{sub_id}" ({rec.tool.name}/{sub_name}) '
+                "has no resolution"
+            )
+    for share in (rec.approvals, rec.external):
+        for sub_id in list(share):
+            if sub_id in rec.waiting:
+                continue
+            if not _ran_in(rec.history, sub_id, rec.tool.agent.tools):
+                raise ResumeError(f'golem: resolution for unknown tool call "{call_id}/{sub_id}"')
+            if rec.continues:  # nothing of it resumes: a no-op (ADR 0076)
+                del share[sub_id]
+
+
+def check_sub_agents(
+    plan: NestedPlan, *, conversation_id: str = "", conversation_bound: bool = True
+) -> None:
+    """Check each sub-agent's share as it checks its own resume, at any depth, in its
+    sub-run's conversation (`SubAgentConversationMismatch`, `ConversationRequired`)."""
+    for call_id, rec in plan.records.items():
+        rec.conversation = sub_conversation(conversation_id, call_id)
+        if rec.continues:  # no pending call to verify: its history is checked, then run
+            _check_continuing(call_id, rec)
+            continue
+        named = conversation_of(rec.history)
+        if rec.tool.agent.seal_keys is not None and named and named != rec.conversation:
+            rec.expected = _expected_share(plan.expected, call_id, rec)
+            if rec.expected is None:
+                raise _mismatch(call_id, rec, named)
+            rec.conversation = named
+        shares = DeferredResults(approvals=rec.approvals, external=rec.external)
+        _check_sub(rec.tool.agent, rec.history, shares, rec.conversation, rec.expected)
+    if not conversation_bound and plan.expected is None:
+        keyed = _keyed_waiting(plan.records)
+        if keyed is not None:
+            raise conversation_required(*keyed)
+
+
+def _check_continuing(call_id: str, rec: Paused) -> None:
+    """A record waiting on nothing must end with its answered last batch (`ResumeError`)."""
+    history = rec.history
+    try:
+        validate_history(history)
+    except ValueError as exc:
+        raise ResumeError(
+            f'golem: the paused sub-agent record of tool call "{call_id}" is unreadable: {exc}'
+        ) from exc
+    last = len(history) - 1
+    while last >= 0 and history[last].role == "tool":
+        last -= 1
+    answered = {m.tool_call_id for m in history[last + 1 :]}
+    if (
+        last < 0
+        or not history[last].tool_calls
+        or not answered.issuperset(c.id for c in history[last].tool_calls)
+    ):
+        raise ResumeError(
+            f'golem: the paused sub-agent record of tool call "{call_id}" ({rec.tool.name}) '
+            "waits on no call and does not end with its answered batch: it is not a record "
+            "golem writes, and no resume continues it"
+        )
+
+
+def _answered_nested(history: Sequence[Message], key: str) -> bool:
+    """Whether `key` names an answered call of the paused batch, or one under it, at any depth."""
+    done = answered_calls(history) & paused_batch_ids(history)
+    if key in done:
+        return True
+    for m in history:
+        if m.role != "tool" or not key.startswith(m.tool_call_id + "/"):
+            continue
+        if not m.content.startswith(PAUSED_MARKER):
+            if m.tool_call_id in done:  # the sub-agent answered: everything under it ran
+                return True
+            continue
+        try:
+            inner = _read(m)[1]
+        except _UNREADABLE:
+            continue
+        if _answered_nested(inner, key[len(m.tool_call_id) + 1 :]):
+            return True
+    return False
+
+
+def _expected_share(
+    expected: DeferredRequests | None, call_id: str, rec: Paused
+) -> DeferredRequests | None:
+    """The sub-agent's share of `expected` when it seals every call it waits on, else None."""
+    if expected is None:
+        return None
+    prefix, name_prefix = f"{call_id}/", f"{rec.tool.name}/"
+
+    def share(calls: Sequence[PendingToolCall]) -> list[PendingToolCall]:
+        return [
+            replace(p, call_id=p.call_id[len(prefix) :], tool_name=p.tool_name[len(name_prefix) :])
+            for p in calls
+            if p.call_id.startswith(prefix) and p.call_id[len(prefix) :] in rec.waiting
+        ]
+
+    mine = DeferredRequests(approvals=share(expected.approvals), external=share(expected.external))
+    if {p.call_id for p in mine.calls} != set(rec.waiting) or not all(p.seal for p in mine.calls):
+        return None
+    return mine
+
+
+def _mismatch(call_id: str, rec: Paused, named: str) -> SubAgentConversationMismatch:
+    sub_id, sub_name = next(iter(rec.waiting.items()), ("", ""))
+    return SubAgentConversationMismatch(
+        f"{call_id}/{sub_id}",
+        f"{rec.tool.name}/{sub_name}",
+        "sub_agent_conversation",
+        f'golem: the paused sub-agent record of tool call "{call_id}" ({rec.tool.name}) is '
+        f'sealed for conversation "{named}", not "{rec.conversation}" (its parent\'s '
+        "conversation and call): a record from another conversation, or one stored before "
+        "golem derived sub-run conversations from the parent's (ADR 0065). Resume it as the "
+        "paused parent's PausedRun (its pending calls carry their seals), or finish such "
+        "runs with the golem that paused them; nothing was executed",
+    )
+
+
+def _keyed_waiting(records: Mapping[str, Paused]) -> tuple[str, str] | None:
+    """The first call (namespaced ID, tool name) a sub-agent with a seal key waits on."""
+    for call_id, rec in records.items():
+        agent = rec.tool.agent
+        if agent.seal_keys is not None and rec.waiting:
+            sub_id, sub_name = next(iter(rec.waiting.items()))
+            return f"{call_id}/{sub_id}", f"{rec.tool.name}/{sub_name}"
+        try:
+            inner = _read_records(rec.history, agent.tools)
+        except ResumeError:
+            continue
+        found = _keyed_waiting(inner)
+        if found is not None:
+            return f"{call_id}/{found[0]}", f"{rec.tool.name}/{found[1]}"
+    return None
+
+
+def _check_expected(
+    history: Sequence[Message], results: DeferredResults, expected: DeferredRequests
+) -> None:
+    left = compare_expected(_waiting(history), expected)
+    for call_id in left:  # answered by a resume that failed or was cancelled: progress
+        if not _answered_nested(history, call_id):
+            raise ResumeError(
+                f'golem: expected pending call "{call_id}" is not pending in the history'
+            )
+    for p in expected.approvals:
+        if p.call_id in results.external:
+            raise ResumeError(
+                f'golem: pending tool call "{p.call_id}" ({p.tool_name}) waits for an approval; '
+                "an external result cannot stand in for it: resolve it in approvals={...}"
+            )
+    for p in expected.external:
+        if p.call_id in results.approvals:
+            raise ResumeError(
+                f'golem: pending tool call "{p.call_id}" ({p.tool_name}) waits for an external '
+                "result, not an approval; resolve it in external={...}"
+            )
+
+
+def _split(
+    records: Mapping[str, Paused], results: DeferredResults, own_ids: set[str]
+) -> DeferredResults:
+    """Hand each namespaced resolution to its record; return the parent's own ones."""
+    own: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+    given: tuple[Mapping[str, Any], ...] = (results.approvals, results.external)
+    for i, values in enumerate(given):
+        for key, value in values.items():
+            owner = _owner_of(records, key, own_ids)
+            if owner is None:
+                own[i][key] = value
+            else:
+                share: dict[str, Any] = (records[owner].approvals, records[owner].external)[i]
+                share[key[len(owner) + 1 :]] = value
+    return DeferredResults(approvals=own[0], external=own[1])
+
+
+def _check_sub(
+    agent: SubAgent,
+    history: list[Message],
+    results: DeferredResults,
+    conversation_id: str,
+    expected: DeferredRequests | None,
+) -> None:
+    """Check `agent`'s resume as a sub-agent in `conversation_id` (toolsets: when it resumes)."""
+    if agent.toolsets:
+        return
+    policy = agent._policy(agent.tools)
+    if policy.nested and paused_records(history):
+        plan = check_records(history, results, policy.tools, expected)
+        if plan.own_pending:
+            check(policy, plan.checked, plan.own, conversation_id, None, True)
+        check_sub_agents(plan, conversation_id=conversation_id)
+    else:
+        check(policy, history, results, conversation_id, expected, True)

@@ -1,10 +1,5 @@
-"""What a run returns: the output plus its evidence.
-
-A run ends either completed, with an output of the agent's output type, or paused on
-deferred tool calls. `Result.output` is typed `Out`, never `Out | None`: reading it on a
-paused result raises `RunPaused`, so check `result.is_paused` (or `result.pending`) first
-when a run may pause (docs/adr/0022-result-output-typing.md).
-"""
+"""What a run returns: the output plus its evidence; `Result.output` raises `RunPaused`
+on a paused result (docs/adr/0022-result-output-typing.md)."""
 
 from __future__ import annotations
 
@@ -21,7 +16,7 @@ __all__ = ["PartialResult", "Result", "RunError"]
 OutputT = TypeVar("OutputT")
 _set = object.__setattr__
 
-_FIELDS = (
+RESULT_FIELDS = (
     "messages",
     "usage",
     "finish_reason",
@@ -36,22 +31,11 @@ _FIELDS = (
 
 
 class Result(Generic[OutputT]):
-    """The outcome of a run that succeeded: completed (`output`) or paused (`pending`).
+    """The outcome of a run that succeeded: completed (`output`) or paused (`pending`), with
+    `messages` to feed back as `history`, `usage`, counters, `cost`, identity and the
+    `trace_context` (W3C traceparent) to link a resume."""
 
-    Attributes:
-        messages: The whole conversation, to feed back as `history`.
-        usage: Tokens summed over every model call of the run.
-        finish_reason: The last completed model turn's finish reason.
-        requests: Model call attempts (retried and failed ones included).
-        tool_calls: Tool executions attempted (approved re-runs included).
-        cost: `price(usage)` when the agent has a price, else 0.0.
-        run_id: The run's ID.
-        conversation_id: The conversation's ID.
-        pending: The calls a paused run waits on, or None.
-        trace_context: The run span's W3C `traceparent` when traced, else "" (pass it to
-            the resume to link the spans)."""
-
-    __slots__ = ("_output", *_FIELDS)
+    __slots__ = ("_output", *RESULT_FIELDS)
 
     _output: OutputT | None
     messages: list[Message]
@@ -97,12 +81,7 @@ class Result(Generic[OutputT]):
 
     @property
     def output(self) -> OutputT:
-        """The decoded final output of a completed run.
-
-        Raises:
-            RunPaused: the run paused on deferred tool calls (`is_paused`); it has no
-                output until it is resumed with `run_with_deferred_results`.
-        """
+        """The decoded final output of a completed run (`RunPaused` on a paused one)."""
         if self.pending is not None:
             raise RunPaused(_paused_message(self.pending))
         return self._output  # type: ignore[return-value]  # None only when OutputT allows None
@@ -118,11 +97,7 @@ class Result(Generic[OutputT]):
         if self.pending is None:
             return None
         return PausedRun(
-            list(self.messages),
-            self.pending,
-            self.conversation_id,
-            self.run_id,
-            self.trace_context,
+            list(self.messages), self.pending, self.conversation_id, self.run_id, self.trace_context
         )
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
@@ -132,7 +107,7 @@ class Result(Generic[OutputT]):
         raise AttributeError(f"Result is immutable: cannot delete {name!r}")
 
     def _values(self) -> tuple[Any, ...]:
-        return (self._output, *(getattr(self, name) for name in _FIELDS))
+        return (self._output, *(getattr(self, name) for name in RESULT_FIELDS))
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -148,7 +123,9 @@ class Result(Generic[OutputT]):
     def __repr__(self) -> str:
         head = "pending" if self.pending is not None else "output"
         first = repr(self.pending if self.pending is not None else self._output)
-        rest = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS if name != "pending")
+        rest = ", ".join(
+            f"{name}={getattr(self, name)!r}" for name in RESULT_FIELDS if name != "pending"
+        )
         return f"Result({head}={first}, {rest})"
 
 
@@ -188,11 +165,8 @@ class PartialResult:
 
 
 class RunError(GolemError):
-    """A run failed at `stage`; the underlying exception is `__cause__`.
-
-    `partial` carries the evidence gathered before the failure (messages, usage,
-    counters, identity), or `None` when the run produced none.
-    """
+    """A run failed at `stage`; the underlying exception is `__cause__` and `partial` the
+    evidence gathered before the failure (or None)."""
 
     def __init__(
         self, stage: Stage, cause: BaseException, partial: PartialResult | None = None

@@ -1,26 +1,19 @@
-"""Resuming a paused run, top to bottom: check everything, re-run the approved calls, merge,
-then hand the history to the run loop (docs/guides/deferred-tools.md).
-
-A history with paused sub-agents (`Agent.as_tool`) is a tree of paused runs: every
-sub-agent's share is checked first, at any depth; each sub-agent then resumes by this same
-path (`resume_agent`), its answer or new record replaces its old record, and the parent's
-own calls resolve last (ADR 0076).
-"""
+"""Resuming a paused run, top to bottom: check, re-run the approved calls, merge, run on
+(docs/guides/deferred-tools.md). Paused sub-agents are a tree of paused runs: each share is
+checked first, each sub-agent resumes by this same path, the parent's calls last (ADR 0076)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from golem._checks import ResumePlan, check, load
 from golem._ids import new_id
 from golem._loop import Policy, RunState, run_loop
 from golem._rerun import BeforeApproved, Resolving, merge, resolve
 from golem._run import (
-    History,
     Prompt,
-    conversation_of,
     new_state,
     new_tracer,
     observers_of,
@@ -33,6 +26,7 @@ from golem._run import (
 from golem.agent_tool import (
     AgentTool,
     SubAgent,
+    absorb,
     copy_result,
     forwarder,
     namespaced,
@@ -43,9 +37,17 @@ from golem.agent_tool import (
 from golem.deferred import DeferredRequests, DeferredResults, PausedRun, PendingToolCall, as_results
 from golem.errors import Stage, ToolError, UsageLimitExceeded
 from golem.events import EventHandler
+from golem.history import History, conversation_of
 from golem.messages import Message, ToolCall
-from golem.nested import NestedPlan, check_records, check_sub_agents
-from golem.records import Paused, paused_records, pending_of, progress_record
+from golem.records import (
+    NestedPlan,
+    Paused,
+    check_records,
+    check_sub_agents,
+    paused_records,
+    pending_of,
+    progress_record,
+)
 from golem.result import PartialResult, Result, RunError
 from golem.tool import Canceled, ClearedApproval, find_signal
 from golem.usage import Usage
@@ -79,14 +81,9 @@ class ResumeRequest:
     def of(
         cls, paused: History | PausedRun, results: Resolutions, prompt: Prompt, **options: Any
     ) -> ResumeRequest:
-        """The request for `paused`: a `PausedRun` supplies the conversation, the expected
-        calls and the trace context; `progress` its `before_approved` hook."""
-        req = cls(
-            paused if not isinstance(paused, PausedRun) else paused.messages,
-            results,
-            prompt,
-            **options,
-        )
+        """The request for `paused` (a `PausedRun` supplies conversation, expected, trace)."""
+        history = paused.messages if isinstance(paused, PausedRun) else paused
+        req = cls(history, results, prompt, **options)
         if isinstance(paused, PausedRun):
             req.conversation_id = paused.conversation_id or None
             req.expected = paused.pending
@@ -97,8 +94,7 @@ class ResumeRequest:
 
 
 def precheck(agent: SubAgent, req: ResumeRequest) -> ResumePlan | None:
-    """A streamed resume's check, before its stream starts; None when it can only be checked
-    once started (toolsets' tools are known once entered; paused sub-agents)."""
+    """A streamed resume's check before it starts; None with toolsets or paused sub-agents."""
     policy = agent._policy(agent.tools)
     if policy.nested and paused_records(load(req.history, validate=False)):
         return None
@@ -129,15 +125,14 @@ async def _resume_flat(
     req: ResumeRequest,
     progress: ResumeProgress | None,
     run_id: str | None = None,
-    spent: _Spent | None = None,
+    spent: Sequence[Result[Any]] = (),
     opened: RunTracer | None = None,
 ) -> Result[Any]:
     """Re-run and merge `plan`, then run the loop on the merged history and the prompt."""
     user = prompt_message(req.prompt)
     state = new_state(policy, req.deps, run_id or req.run_id, plan.conversation_id, req.on_event)
     state.sink = req.sink
-    if spent is not None:  # resumed sub-agents' spending counts in this run
-        spent.seed(state)
+    _seed(state, spent)  # resumed sub-agents' spending counts in this run
     work = Resolving(plan)
 
     async def before() -> None:
@@ -160,8 +155,7 @@ async def _resume_flat(
 
 
 async def _resume_nested(policy: Policy, history: list[Message], req: ResumeRequest) -> Result[Any]:
-    """A resume whose history records paused sub-agents: check the whole tree, resume the
-    sub-agents, then this run's own calls, and run on (or stay paused)."""
+    """Check the whole tree, resume the sub-agents, then this run's calls, and run on."""
     run_id = req.run_id or new_id()  # one identity for every part of this resume
     bound = bool(req.conversation_id) or req.expected is not None
     conversation_id = req.conversation_id or conversation_of(history) or new_id()
@@ -185,18 +179,19 @@ async def _resume_nested(policy: Policy, history: list[Message], req: ResumeRequ
             result = await _paused_again(plan, handing, policy, req, bound)
         else:
             merged = merge(handing.merged, {})
-            spent = _Spent.of(handing.spent)
             if plan.own_pending:
                 handing.own, handing.base = ResumeProgress(), merged
                 own = check(policy, merged, plan.own, conversation_id, None, bound)
-                result = await _resume_flat(policy, own, req, handing.own, run_id, spent, tracer)
+                result = await _resume_flat(
+                    policy, own, req, handing.own, run_id, handing.spent, tracer
+                )
             else:
                 handing.continued = merged
                 state = await prepare(
                     policy, req.prompt, req.deps, merged, run_id, conversation_id, req.on_event
                 )
                 state.sink = req.sink
-                spent.seed(state)
+                _seed(state, handing.spent)
                 result = await run_traced(
                     policy,
                     state,
@@ -216,9 +211,8 @@ async def _resume_nested(policy: Policy, history: list[Message], req: ResumeRequ
 async def _resume_subs(
     plan: NestedPlan, handing: _Handing, policy: Policy, req: ResumeRequest
 ) -> None:
-    """Resume each paused sub-agent of a checked plan by this same path (or `run` it, when
-    it has nothing left to resolve), writing its answer, or its new record when it paused
-    again, in place of its old record; a failure's partial is the parent's (ADR 0076)."""
+    """Resume (or `run`, when nothing is left to resolve) each paused sub-agent by this same
+    path; its answer or new record replaces its old one (ADR 0076)."""
     merged = handing.merged = list(plan.history)
     observers = observers_of(policy, req.on_event)
     for call_id, rec in plan.records.items():
@@ -269,8 +263,7 @@ async def _resume_subs(
 async def _paused_again(
     plan: NestedPlan, handing: _Handing, policy: Policy, req: ResumeRequest, bound: bool
 ) -> Result[Any]:
-    """This run's own calls resolved (not run on) under a sub-agent that paused again, and
-    the still paused result, within this run's limits and priced."""
+    """Resolve this run's own calls under a sub-agent that paused again; the paused result."""
     merged, tool_calls = handing.merged, 0
     if plan.own_pending:
         handing.own = ResumeProgress()
@@ -308,8 +301,7 @@ def _namespaced_guard(
 
 
 def _sub_failed(call_id: str, tool_name: str, failed: RunError) -> RunError:
-    """The parent's failure when a sub-agent it resumes fails: stage `canceled` with the
-    sentinel when it was canceled, else stage `tool` naming the parent's call."""
+    """The parent's `RunError` when a sub-agent it resumes fails (`canceled` or `tool`)."""
     canceled = find_signal(failed, Canceled) if failed.stage is Stage.CANCELED else None
     if canceled is not None:
         return RunError(Stage.CANCELED, canceled)
@@ -318,33 +310,21 @@ def _sub_failed(call_id: str, tool_name: str, failed: RunError) -> RunError:
     return RunError(Stage.TOOL, err)
 
 
-class _Spent(NamedTuple):
-    """What resumed sub-agents spent: a resuming parent's run starts counting from it."""
+def _spent(results: Sequence[Result[Any]]) -> tuple[Usage, int, int]:
+    """What resumed sub-agents spent: usage, requests, tool calls."""
+    usage = sum((r.usage for r in results), Usage())
+    return usage, sum(r.requests for r in results), sum(r.tool_calls for r in results)
 
-    usage: Usage
-    requests: int
-    tool_calls: int
 
-    @classmethod
-    def of(cls, results: Sequence[Result[Any]]) -> _Spent:
-        usage, requests, tool_calls = Usage(), 0, 0
-        for r in results:
-            usage = usage + r.usage
-            requests += r.requests
-            tool_calls += r.tool_calls
-        return cls(usage, requests, tool_calls)
-
-    def seed(self, state: RunState) -> None:
-        """Start `state`'s counters from this (before the parent's re-runs and loop)."""
-        state.usage = state.usage + self.usage
-        state.requests += self.requests
-        state.tool_calls += self.tool_calls
+def _seed(state: RunState, results: Sequence[Result[Any]]) -> None:
+    """Start `state`'s counters from what `results` spent (before the parent's own work)."""
+    for r in results:
+        absorb(state, r)
 
 
 @dataclass(slots=True)
 class _Handing:
-    """What a nested resume has done so far, built into a history only when a failure or
-    a cancellation hands it back (ADR 0076)."""
+    """What a nested resume has done so far, built into a history when handed back."""
 
     history: list[Message]
     records: Mapping[str, Paused]
@@ -352,26 +332,17 @@ class _Handing:
     run_id: str
     conversation_id: str
     price: Callable[[Usage], float]
-    spent: list[Result[Any]] = field(default_factory=list)
-    """The results of the sub-agents that answered or paused again."""
-    answers: dict[str, Message] = field(default_factory=dict)
-    """The answer written in place of each record whose sub-agent answered."""
-    subs: dict[str, ResumeProgress] = field(default_factory=dict)
-    """Each resumed sub-agent's own progress."""
-    own: ResumeProgress | None = None
-    """The progress of the parent's own pending calls, once they resolve."""
-    base: list[Message] | None = None
-    """The history the parent's own resume started from (every sub-agent answered)."""
-    continued: list[Message] | None = None
-    """The resolved history the parent went on from (no call of its own was pending)."""
-    merged: list[Message] = field(default_factory=list)
-    """The history with each sub-agent's answer, or new record, in place of its old one."""
+    spent: list[Result[Any]] = field(default_factory=list)  # sub-agents answered/paused again
+    answers: dict[str, Message] = field(default_factory=dict)  # by record: its sub-agent's answer
+    subs: dict[str, ResumeProgress] = field(default_factory=dict)  # each sub-agent's progress
+    own: ResumeProgress | None = None  # the parent's own pending calls' progress
+    base: list[Message] | None = None  # where the parent's own resume started (all answered)
+    continued: list[Message] | None = None  # what the parent went on from (nothing of its own)
+    merged: list[Message] = field(default_factory=list)  # answers and new records in place
     repaused: dict[str, tuple[AgentTool, Result[Any]]] = field(default_factory=dict)
-    """The sub-agents that paused again, by parent call ID."""
 
     def paused(self, messages: list[Message], tool_calls: int) -> Result[Any]:
-        """The parent, still paused on the sub-agents that paused again (with the resuming
-        run's identity), counting what the sub-agents spent."""
+        """The parent, still paused on the sub-agents that paused again."""
         last = messages[-1]
         approvals: list[PendingToolCall] = []
         external: list[PendingToolCall] = []
@@ -380,21 +351,20 @@ class _Handing:
             approvals.extend(namespaced(call_id, tool.name, sub.pending.approvals))
             external.extend(namespaced(call_id, tool.name, sub.pending.external))
         conversation_id = self.conversation_id or last.conversation_id
-        spent = _Spent.of(self.spent)
+        usage, requests, spent_calls = _spent(self.spent)
         return Result(
             output=None,
             messages=messages,
-            usage=spent.usage,
-            requests=spent.requests,
-            tool_calls=tool_calls + spent.tool_calls,
+            usage=usage,
+            requests=requests,
+            tool_calls=tool_calls + spent_calls,
             run_id=self.run_id or last.run_id,
             conversation_id=conversation_id,
             pending=DeferredRequests(approvals, external, conversation_id),
         )
 
     def read(self) -> tuple[list[Message] | None, bool, tuple[str, ...]]:
-        """(the history to go on from or None when nothing ran, whether it is still
-        paused, the namespaced IDs of the approved calls that ran)."""
+        """(the history to go on from or None, whether still paused, the answered IDs)."""
         answered = tuple(f"{cid}/{x}" for cid, p in self.subs.items() for x in p.answered)
         if self.own is not None:
             answered += self.own.answered
@@ -426,14 +396,12 @@ class _Handing:
         return (out if touched else None), True, answered
 
     def partial(self, failed: PartialResult | None) -> PartialResult:
-        """The partial of a nested resume that failed while a sub-agent resumed (its own
-        partial `failed`, for what it spent) or while the parent's own calls resolved."""
+        """The partial of a failed nested resume (`failed`: the failing sub-agent's)."""
 
         messages = self.read()[0]
         if messages is None:
             messages = list(self.history)
-        spent = _Spent.of(self.spent)
-        usage, requests, tool_calls = spent
+        usage, requests, tool_calls = _spent(self.spent)
         if failed is not None:
             usage = usage + failed.usage
             requests += failed.requests
@@ -455,15 +423,9 @@ ProgressSource = Callable[[], tuple[list[Message] | None, bool, tuple[str, ...]]
 
 
 class ResumeProgress:
-    """What a resume has done so far, readable after it failed or was cancelled.
-
-    Pass one as `progress=` to `Agent.run_with_deferred_results` (or its sync and stream
-    forms): after the caller's `CancelledError`, an exception from `before_approved` or a
-    `RunError`, `messages` is the history to go on from, so that no approved call that ran
-    runs again (ADR 0071; nested records rewritten, ADR 0076). Reused, it starts over.
-    `before_approved` is awaited right before each approved call re-runs, with that call (a
-    durable worker proves there that it still holds its lease); what it raises stops the resume.
-    """
+    """What a resume has done so far, readable after it failed or was cancelled: `messages`
+    is the history to go on from, so no approved call runs twice (ADR 0071, 0076).
+    `before_approved` is awaited before each approved re-run; what it raises stops the resume."""
 
     __slots__ = ("_source", "_work", "before_approved")
 
@@ -477,35 +439,31 @@ class ResumeProgress:
         state = f"answered={self.answered!r}" if started else "not started"
         return f"ResumeProgress({state}, paused={self.paused})"
 
-    @property
-    def messages(self) -> list[Message] | None:
-        """The history to go on from, or None when the resume ran nothing (go on from the
-        history you passed). While `paused`, resume it with the same resolutions; else it is
-        the resolved history without the prompt: go on with `Agent.run(prompt, history=...)`.
-        """
+    def _read(self) -> tuple[list[Message] | None, bool, tuple[str, ...]]:
         if self._source is not None:
-            return self._source()[0]
+            return self._source()
         work = self._work
         if work is None:
-            return None
+            return None, True, ()
         if work.merged is not None:
-            return list(work.merged)
-        return work.answered() if work.ran else None
+            return list(work.merged), False, tuple(work.ran)
+        messages = work.answered() if work.ran else None
+        return messages, len(work.ran) < len(work.plan.steps), tuple(work.ran)
+
+    @property
+    def messages(self) -> list[Message] | None:
+        """The history to go on from (None: nothing ran): resume it while `paused`, else `run`."""
+        return self._read()[0]
 
     @property
     def answered(self) -> tuple[str, ...]:
         """The IDs of the approved calls that ran, in order (a sub-agent's namespaced)."""
-        if self._source is not None:
-            return self._source()[2]
-        return tuple(self._work.ran) if self._work is not None else ()
+        return self._read()[2]
 
     @property
     def paused(self) -> bool:
         """Whether `messages` still has pending calls (go on with a resume, not `run`)."""
-        if self._source is not None:
-            return self._source()[1]
-        work = self._work
-        return work is None or (work.merged is None and len(work.ran) < len(work.plan.steps))
+        return self._read()[1]
 
     def _reset(self) -> None:
         self._work, self._source = None, None

@@ -1,9 +1,5 @@
-"""Seals on pending calls: an approval binds exactly the call the approver saw.
-
-A seal is `v1.<key ID>.<kind>.<HMAC-SHA256, base64url>` over the conversation ID, call ID,
-tool name, kind and exact argument bytes, carried on `ToolCall.seal` and
-`PendingToolCall.seal`; a keyed resume verifies every pending call before anything runs.
-See docs/guides/trust-and-integrity.md for what a seal does not prove."""
+"""Seals on pending calls: `v1.<key ID>.<kind>.<HMAC-SHA256>` over the conversation ID,
+call ID, tool name, kind and exact argument bytes (docs/guides/trust-and-integrity.md)."""
 
 from __future__ import annotations
 
@@ -31,13 +27,8 @@ _KINDS: dict[str, DeferKind] = {k.value: k for k in DeferKind}
 
 
 class SealKeys:
-    """The keys an agent seals and verifies pending calls with: `current` (at least 32
-    random bytes, written as `key_id`) seals; `older` keys by ID still verify (rotation).
-
-    Raises:
-        TypeError: a key is not `bytes`.
-        ValueError: a key under 32 bytes, a key ID empty or not `[A-Za-z0-9_-]`, or `older`
-            reusing the current key ID."""
+    """The keys an agent seals with (`current`, ≥ 32 bytes, as `key_id`) and still verifies
+    (`older`, by ID); `TypeError`/`ValueError` for bad keys or IDs."""
 
     __slots__ = ("_keys", "_pads", "current", "key_id", "older")
 
@@ -48,11 +39,7 @@ class SealKeys:
     _pads: dict[str, _Pads]
 
     def __init__(
-        self,
-        current: bytes,
-        *,
-        key_id: str = "k1",
-        older: Mapping[str, bytes] | None = None,
+        self, current: bytes, *, key_id: str = "k1", older: Mapping[str, bytes] | None = None
     ) -> None:
         _check_key(key_id, current)
         retired = dict(older or {})
@@ -127,12 +114,7 @@ def _check_key(key_id: object, key: object) -> None:
 
 
 def as_seal_keys(key: SealKey) -> SealKeys:
-    """`key` as `SealKeys`: bytes become the current key under ID "k1".
-
-    Raises:
-        TypeError: `key` is neither bytes nor `SealKeys`.
-        ValueError: the key is shorter than 32 bytes.
-    """
+    """`key` as `SealKeys` (bytes: the current key, ID "k1"); `TypeError`/`ValueError`."""
     if isinstance(key, SealKeys):
         return key
     if isinstance(key, bytes | bytearray):
@@ -148,32 +130,14 @@ _HEAD = _field(b"golem-seal-" + _VERSION.encode())
 
 
 def _mac(pads: _Pads, conversation_id: str, call: ToolCall, kind: str) -> str:
-    """base64url (unpadded) HMAC-SHA256 over length-prefixed fields: the version label,
-    conversation ID, call ID, tool name, kind, and the argument bytes (inlined: it runs
-    on every pause and resume)."""
+    """base64url HMAC-SHA256 over the length-prefixed label, conversation, ID, name, kind, args."""
     conv = conversation_id.encode("utf-8", "surrogatepass")
     cid = call.id.encode("utf-8", "surrogatepass")
     name = call.name.encode("utf-8", "surrogatepass")
     kin = kind.encode()
     args = call.args.encode("utf-8", "surrogatepass")
     inner = pads[0].copy()
-    inner.update(
-        b"".join(
-            (
-                _HEAD,
-                len(conv).to_bytes(8, "big"),
-                conv,
-                len(cid).to_bytes(8, "big"),
-                cid,
-                len(name).to_bytes(8, "big"),
-                name,
-                len(kin).to_bytes(8, "big"),
-                kin,
-                len(args).to_bytes(8, "big"),
-                args,
-            )
-        )
-    )
+    inner.update(_HEAD + b"".join(map(_field, (conv, cid, name, kin, args))))
     outer = pads[1].copy()
     outer.update(inner.digest())
     return binascii.b2a_base64(outer.digest(), newline=False)[:-1].translate(_URLSAFE).decode()
@@ -190,84 +154,54 @@ def _kind(kind: DeferKind | str) -> DeferKind:
 
 
 def seal_call(keys: SealKey, conversation_id: str, call: ToolCall, kind: DeferKind | str) -> str:
-    """The seal for `call`, paused with `kind` in conversation `conversation_id`.
-
-    Uses the current key. The seal covers the conversation ID, call ID, tool name,
-    kind and the exact bytes of `call.args` (never a re-encoding of them).
-
-    Raises:
-        ValueError: `kind` is not a deferral kind.
-    """
+    """The seal for `call` paused with `kind` in `conversation_id` (the current key)."""
     k = as_seal_keys(keys)
     kind = _kind(kind)
     mac = _mac(k._pads[k.key_id], conversation_id, call, kind)
     return f"{_VERSION}.{k.key_id}.{kind.value}.{mac}"
 
 
-def _describe(call: ToolCall) -> str:
-    return f'pending tool call "{call.id}" ({call.name})'
-
-
 def verify_call(keys: SealKey, conversation_id: str, call: ToolCall) -> DeferKind:
-    """Check `call.seal` and return the kind the call was sealed with.
-
-    Raises:
-        SealError: the call has no seal ("unsealed"), a seal golem cannot read
-            ("malformed"), a key ID none of `keys` has ("unknown_key"), or a seal that
-            does not match the call as it is now ("tampered": its tool name, arguments,
-            kind, call ID or conversation changed, or another key made it).
-    """
+    """Check `call.seal` and return its kind; `SealError` naming the problem otherwise."""
     k = as_seal_keys(keys)
+
+    def fail(problem: str, text: str) -> SealError:
+        return SealError(
+            call.id, call.name, problem, f'golem: pending tool call "{call.id}" ({call.name}){text}'
+        )
+
     seal = call.seal
     if not seal:
-        raise SealError(
-            call.id,
-            call.name,
+        raise fail(
             "unsealed",
-            f"golem: {_describe(call)} has no seal; this agent only resumes calls it sealed "
-            "when it paused (a forged call, a history from an agent without seal_key, or one "
-            "the Go golem re-wrote: it drops seals, so resume it as a PausedRun)",
+            " has no seal; this agent only resumes calls it sealed when it paused (a forged "
+            "call, a history from an agent without seal_key, or one the Go golem re-wrote: it "
+            "drops seals, so resume it as a PausedRun)",
         )
     pieces = seal.split(".")
     if len(pieces) != 4 or pieces[0] != _VERSION:
         version = pieces[0] if len(pieces) == 4 else ""
         detail = f'unsupported seal version "{version}"' if version else "not a golem seal"
-        raise SealError(
-            call.id, call.name, "malformed", f"golem: {_describe(call)}: malformed seal ({detail})"
-        )
+        raise fail("malformed", f": malformed seal ({detail})")
     _, key_id, kind_text, mac = pieces
     kind = _KINDS.get(kind_text)
     if kind is None or len(mac) != _MAC_LEN or not mac.isascii():
-        raise SealError(
-            call.id,
-            call.name,
-            "malformed",
-            f"golem: {_describe(call)}: malformed seal (bad kind or MAC)",
-        )
+        raise fail("malformed", ": malformed seal (bad kind or MAC)")
     pads = k._pads.get(key_id)
     if pads is None:
-        raise SealError(
-            call.id,
-            call.name,
+        raise fail(
             "unknown_key",
-            f'golem: {_describe(call)}: sealed with unknown key ID "{key_id}" '
-            f"(this agent holds {sorted([k.key_id, *k.older])})",
+            f': sealed with unknown key ID "{key_id}" (this agent holds '
+            f"{sorted([k.key_id, *k.older])})",
         )
     if not hmac.compare_digest(mac, _mac(pads, conversation_id, call, kind)):
         if not _MAC_TEXT.fullmatch(mac):  # checked only on failure: verification is hot
-            raise SealError(
-                call.id,
-                call.name,
-                "malformed",
-                f"golem: {_describe(call)}: malformed seal (bad kind or MAC)",
-            )
-        raise SealError(
-            call.id,
-            call.name,
+            raise fail("malformed", ": malformed seal (bad kind or MAC)")
+        raise fail(
             "tampered",
-            f"golem: {_describe(call)}: the seal does not match the call — its tool name, "
-            f"arguments or kind ({kind.value}) changed since it paused, or it belongs to "
-            "another conversation; it was not executed",
+            f": the seal does not match the call — its tool name, arguments or kind "
+            f"({kind.value}) changed since it paused, or it belongs to another conversation; "
+            "it was not executed",
         )
     return kind
 
@@ -278,14 +212,8 @@ def seal_pending(
     conversation_id: str,
     kinds: Mapping[str, DeferKind | str],
 ) -> list[Message]:
-    """A copy of `messages` whose tool calls named in `kinds` (call ID → kind) carry seals.
-
-    Assistant messages holding such calls are copied (`dataclasses.replace`); every
-    other message is shared. Nothing is mutated.
-
-    Raises:
-        ValueError: a kind is not a deferral kind.
-    """
+    """A copy of `messages` whose calls named in `kinds` (ID → kind) carry seals; nothing
+    is mutated (`ValueError` for another kind)."""
     k = as_seal_keys(keys)
     sealed: dict[str, ToolCall] = {}
     for m in messages:  # the last call with an ID wins, as in `replace_calls`
@@ -298,9 +226,7 @@ def seal_pending(
 
 
 def replace_calls(messages: Sequence[Message], calls: Mapping[str, ToolCall]) -> list[Message]:
-    """Internal: a copy of `messages` in which each tool call whose ID is in `calls` is
-    replaced by `calls[id]` (its assistant message copied with `dataclasses.replace`).
-    Only the last call with an ID is replaced when the history repeats one."""
+    """A copy of `messages` with each call whose ID is in `calls` replaced (the last one)."""
     out = list(messages)
     done: set[str] = set()
     for i in range(len(out) - 1, -1, -1):

@@ -1,13 +1,4 @@
-"""Models for testing agents offline: a scripted queue of answers, or a function.
-
-```python
-model = ScriptedModel(
-    Message(role="assistant", tool_calls=[ToolCall("call-1", "delete_file", '{"path": "a"}')]),
-    "Done.",
-)
-agent = Agent(model, tools=[delete_file])
-```
-"""
+"""Models for testing agents offline: a scripted queue of answers, or a function."""
 
 from __future__ import annotations
 
@@ -20,13 +11,7 @@ from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.usage import Usage
 
-__all__ = [
-    "KEEP_REQUESTS",
-    "FunctionModel",
-    "ScriptExhausted",
-    "ScriptedModel",
-    "replay_as_deltas",
-]
+__all__ = ["KEEP_REQUESTS", "FunctionModel", "ScriptExhausted", "ScriptedModel", "replay_as_deltas"]
 
 Outcome = Union[ModelResponse, Message, str, BaseException]  # noqa: UP007 - runtime alias
 
@@ -105,15 +90,9 @@ def replay_as_deltas(response: ModelResponse) -> list[Delta]:
 
 
 class ScriptedModel(_Recorder):
-    """A model that answers from a queue of outcomes, in order.
-
-    Each outcome is a `ModelResponse`, a bare assistant `Message`, a `str` (the final
-    text) or an exception to raise. `requests` holds the most recent requests received
-    (`keep_requests`, default `KEEP_REQUESTS`; `None` keeps all, 0 none) and
-    `request_count` counts them all. Streaming replays each response as deltas. An
-    exhausted queue raises `ScriptExhausted` rather than blocking. Not safe for concurrent
-    use by several runs.
-    """
+    """A model answering from a queue (`ModelResponse`, assistant `Message`, final `str` or
+    an exception to raise); records `requests` (last `keep_requests`) and `request_count`;
+    streams each response as deltas; an exhausted queue raises `ScriptExhausted`."""
 
     def __init__(self, *outcomes: Outcome, keep_requests: int | None = KEEP_REQUESTS) -> None:
         super().__init__(keep_requests)
@@ -165,14 +144,9 @@ StreamFn = Callable[[ModelRequest], AsyncIterator[Any]]
 
 
 class FunctionModel(_Recorder):
-    """A model built from a function of the request.
-
-    `fn(request)` (sync or async) returns a `ModelResponse`, an assistant `Message`
-    or a `str`. With `stream=`, an async generator function of the request yielding
-    `str` (text), `Delta`s and optionally a final `ModelResponse`, the model also
-    streams; without it, it is a plain (non-streaming) model. `requests` and
-    `request_count` record requests as `ScriptedModel` does.
-    """
+    """A model built from `fn(request)` (sync or async, returning a `ModelResponse`,
+    `Message` or `str`); with `stream=`, an async generator of `str`, `Delta`s and an optional
+    final `ModelResponse`, it streams too."""
 
     def __new__(
         cls,

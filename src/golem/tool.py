@@ -1,10 +1,5 @@
-"""Tools: what the model can call, and the signals a tool raises to steer the run.
-
-A tool is a `Tool` (a JSON schema plus `exec(ctx, args)`) or a function made one by
-`@agent.tool` / `Tool.from_function`. Signals, raised directly or as a cause: `Deferred`
-pauses the call (approval or external result), `Canceled` stops the run, `Failed` records
-a failure as the result, `ModelRetry` asks the model to correct its call.
-`call_approved()` is true only inside an approved re-run."""
+"""Tools: what the model can call (`Tool`), and the signals a tool raises to steer the run
+(`Deferred`, `Canceled`, `Failed`, `ModelRetry`); `call_approved()` inside an approved re-run."""
 
 from __future__ import annotations
 
@@ -66,22 +61,14 @@ class RunContext(Generic[DepsT]):
 
     @property
     def idempotency_key(self) -> str:
-        """A key for the call being executed, the same on every attempt at it.
-
-        Derived from the conversation ID and the call ID only (`idempotency_key(...)`), so
-        the deferring pass, the approved re-run, and a retried re-run of a stored run all
-        see the same key: pass it to the payment API, the mailer, the ticketing system.
-        Empty outside a tool.
-        """
+        """A key for the call being executed, the same on every attempt at it (deferring pass,
+        approved re-run, retried re-run); empty outside a tool."""
         return idempotency_key(self.conversation_id, self.call_id) if self.call_id else ""
 
 
 def idempotency_key(conversation_id: str, call_id: str) -> str:
-    """The idempotency key of call `call_id` in conversation `conversation_id`.
-
-    A SHA-256 hex digest of the two IDs (length-prefixed), stable across processes and
-    golem versions: what `RunContext.idempotency_key` returns inside the call.
-    """
+    """The idempotency key of call `call_id` in `conversation_id`: a SHA-256 hex digest of
+    the two IDs (length-prefixed), stable across processes and versions."""
     h = hashlib.sha256(b"golem-idempotency-v1")
     for text in (conversation_id, call_id):
         data = text.encode("utf-8", "surrogatepass")
@@ -114,15 +101,8 @@ _DEFER_KINDS = {k.value: k for k in DeferKind}
 
 
 class Deferred(Exception):
-    """Raised by a tool to pause the run instead of producing a result.
-
-    Args:
-        kind: `DeferKind.APPROVAL` / `"approval"` or `DeferKind.EXTERNAL` / `"external"`.
-        reason: Shown to whoever resolves the call (an approval prompt, a job key...).
-
-    Raises:
-        ValueError: `kind` is not one of the two kinds (the message lists them).
-    """
+    """Raised by a tool to pause the run: `kind` "approval" or "external", `reason` shown to
+    whoever resolves it; `ValueError` for another kind."""
 
     def __init__(self, kind: DeferKind | str, reason: str = "") -> None:
         found = _DEFER_KINDS.get(kind) if isinstance(kind, str) else None
@@ -161,26 +141,16 @@ class ModelRetry(Exception):
 
 
 class InvalidArguments(ModelRetry):
-    """The model's arguments failed validation; the tool did not run.
-
-    The run loop always sends this back to the model as a correctable rejection
-    (bounded by `max_iterations`); it does not spend the tool's retry budget. On an
-    approved re-run it fails the resume like any other error.
-    """
+    """The model's arguments failed validation; the tool did not run. The loop sends it back
+    to the model (not spending the retry budget); on an approved re-run it fails the resume."""
 
 
 _SignalT = TypeVar("_SignalT", bound=BaseException)
 
 
 def find_signal(exc: BaseException, kind: type[_SignalT]) -> _SignalT | None:
-    """The first exception of type `kind` in `exc`'s chain and groups, or None.
-
-    The chain follows `__cause__`, else `__context__` unless the raise said `from None`
-    (`__suppress_context__`): a tool that handles a signal and raises something else
-    `from None` has replaced the signal, not wrapped it. An exception group (`asyncio.TaskGroup`,
-    `ExceptionGroup`) is searched member by member, depth first, before its own chain, the way
-    Go's `errors.As` walks a joined error.
-    """
+    """The first exception of type `kind` in `exc`'s chain (`__cause__`, else an unsuppressed
+    `__context__`) and groups (member by member, depth first), or None."""
     seen: set[int] = set()
     stack: list[BaseException] = [exc]
     while stack:
@@ -208,21 +178,13 @@ _APPROVED: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 
 def call_approved() -> bool:
-    """True only inside the approved re-run of a deferred call.
-
-    The marker is a contextvar, so it is visible to sync tools running in worker
-    threads and to anything the tool awaits.
-    """
+    """True only inside the approved re-run of a deferred call (a contextvar)."""
     return _APPROVED.get()
 
 
 @contextmanager
 def approved_call() -> Iterator[None]:
-    """Mark the enclosed code as the approved re-run of a deferred call.
-
-    Use it to execute a pending call yourself, under your own timeout or retry policy.
-    An agent run started inside the block (a sub-agent) does not see the marker.
-    """
+    """Mark the enclosed code as the approved re-run of a deferred call."""
     token = _APPROVED.set(True)
     try:
         yield
@@ -231,8 +193,7 @@ def approved_call() -> Iterator[None]:
 
 
 class ApprovedScope:
-    """Internal: `approved_call()` as a class, for the approved re-runs of a resume
-    (a generator-based context manager costs several times more)."""
+    """`approved_call()` as a class (cheaper) for the approved re-runs of a resume."""
 
     __slots__ = ("_token",)
 
@@ -244,10 +205,7 @@ class ApprovedScope:
 
 
 class ClearedApproval:
-    """Internal: an agent run starts outside any approval (the marker does not leak in).
-
-    A class, not `@contextmanager`: every run enters it, and this costs a fraction.
-    """
+    """An agent run starts outside any approval (the marker does not leak in)."""
 
     __slots__ = ("_token",)
 
@@ -267,26 +225,9 @@ ToolDepsT = TypeVar("ToolDepsT", default=Any)
 
 
 class Tool(Generic[ToolDepsT]):
-    """A tool the model can call, for agents whose deps are `ToolDepsT`
-    (`Tool.from_function` gives a `Tool[Any]`).
-
-    Args:
-        name: Unique name the model calls it by.
-        description: What the tool does, for the model.
-        schema: JSON schema (a dict) of the arguments object.
-        exec: `exec(ctx, args)`, sync or async; returns `str`, `ToolResult`, `None` or any
-            value pydantic serializes to JSON.
-        max_retries: `ModelRetry` budget (`None`: the agent's `tool_retries`).
-        timeout: Seconds before the call fails the run (`None`: the agent's `tool_timeout`).
-        sequential: In parallel mode, run this tool's calls alone (a barrier).
-        idempotent: Acts at most once per `ctx.idempotency_key` (an interrupted approved
-            call may be retried without asking again).
-        run_in_thread: A sync `exec` runs in a worker thread (default); `False` runs it on
-            the event loop, only for functions that never block.
-
-    Raises:
-        ValueError: an empty name, a schema that is not a dict, negative `max_retries` or a
-            `timeout` that is not positive."""
+    """A tool the model can call: `name`, `description`, JSON `schema`, `exec(ctx, args)`
+    (sync or async) and options (docs/guides/tools-and-dependencies.md). `ValueError` for an
+    empty name, a non-dict schema, negative `max_retries` or a non-positive `timeout`."""
 
     __slots__ = (
         "_validator",
@@ -357,13 +298,8 @@ class Tool(Generic[ToolDepsT]):
         idempotent: bool = False,
         run_in_thread: bool = True,
     ) -> Tool[Any]:
-        """Build a tool from a function's signature, type hints and docstring.
-
-        The first parameter may be `ctx: RunContext[Deps]`; every other parameter is
-        an argument the model supplies, validated by pydantic before the call. The
-        options are those of `Tool` (`run_in_thread=False`: a sync function that never
-        blocks runs on the event loop, without a thread hand-off).
-        """
+        """Build a tool from a function's signature, hints and docstring; a first
+        `ctx: RunContext` parameter is passed the context, the rest the model supplies."""
         tool_name = name or fn.__name__
         doc_summary, param_docs = _parse_docstring(inspect.getdoc(fn) or "")
         sig = inspect.signature(fn)
@@ -411,17 +347,13 @@ class Tool(Generic[ToolDepsT]):
         return tool
 
     def decode_args(self, args: str) -> dict[str, Any]:
-        """Decode and validate the model's raw argument text.
-
-        Raises:
-            InvalidArguments: the arguments are not a JSON object or fail validation.
-        """
+        """Decode and validate the model's raw argument text (`InvalidArguments`)."""
         text = args.strip() or "{}"
         if self._validator is not None:
             try:
                 obj = self._validator.model_validate_json(text)
             except pydantic.ValidationError as exc:
-                raise InvalidArguments(_describe_validation(exc)) from exc
+                raise InvalidArguments(describe_validation(exc)) from exc
             return dict(obj.__dict__)
         try:
             value = json.loads(text)
@@ -436,15 +368,8 @@ class Tool(Generic[ToolDepsT]):
         return value
 
     def validate_args(self, args: str) -> dict[str, Any]:
-        """Decode `args` and check them against the tool's schema, without running it.
-
-        Function tools validate with pydantic, as before every call. Raw tools check the
-        schema's top level: a JSON object, `required` keys, each property's `type`, and
-        no extra keys when `additionalProperties` is false.
-
-        Raises:
-            InvalidArguments: what is wrong, for example "amount: Field required".
-        """
+        """Decode `args` and check them against the tool's schema without running it (pydantic
+        for function tools, the schema's top level for raw ones); `InvalidArguments` otherwise."""
         value = self.decode_args(args)
         if self._validator is None:
             problem = _schema_problem(self.schema, value)
@@ -453,10 +378,8 @@ class Tool(Generic[ToolDepsT]):
         return value
 
     async def invoke(self, ctx: RunContext[Any], args: str) -> ToolResult:
-        """Decode `args` and run the tool once: async tools on the event loop, sync tools in
-        a worker thread (or, with `run_in_thread=False`, on the event loop) in a copy of
-        the caller's contextvars. Signals propagate as raised; a result with an invalid
-        part raises `ValueError`."""
+        """Decode `args` and run the tool once (sync tools in a worker thread unless
+        `run_in_thread=False`); signals propagate, an invalid result part raises `ValueError`."""
         decoded = self.decode_args(args)
         if self.is_async:
             value = await cast("Awaitable[Any]", self.exec(ctx, decoded))
@@ -472,15 +395,8 @@ class Tool(Generic[ToolDepsT]):
         return result
 
     async def run(self, ctx: RunContext[Any], args: str, timeout: float | None) -> ToolResult:
-        """`invoke` under a timeout in seconds (None: no timeout).
-
-        An async tool is cancelled at the deadline. A sync tool is never abandoned (in its
-        thread or on the loop): it runs to completion and the deadline is checked
-        afterwards.
-        Whatever the tool returned or raised, a call that ends past its deadline
-        raises `ToolTimeout` (a `TimeoutError`): a deferral that arrives too late is a
-        timeout.
-        """
+        """`invoke` under a timeout in seconds (None: none); a call ending past its deadline
+        raises `ToolTimeout` (an async tool is cancelled, a sync one runs to completion)."""
         if timeout is None:
             return await self.invoke(ctx, args)
         loop = asyncio.get_running_loop()
@@ -570,13 +486,7 @@ def _schema_problem(schema: dict[str, Any], value: dict[str, Any]) -> str | None
 
 
 async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """`fn(*args)` in a worker thread, in a copy of the caller's contextvars.
-
-    A thread cannot be stopped: when the caller is cancelled, the `CancelledError` is
-    raised once the thread has ended, so nothing of a cancelled run is still acting when
-    the caller learns of it (`asyncio.to_thread` returns at once and leaves the thread
-    running — a retry could then run the same call beside it).
-    """
+    """`fn(*args)` in a worker thread (caller's contextvars); cancellation waits for it."""
     loop = asyncio.get_running_loop()
     call = functools.partial(contextvars.copy_context().run, fn, *args)
     future = loop.run_in_executor(None, call)
@@ -596,8 +506,7 @@ _FINISHED = "_golem_finished"
 
 
 def finished_result(cancelled: BaseException) -> ToolResult | None:
-    """The result of the sync tool whose thread returned while the caller's cancellation
-    was waiting for it (`cancelled` is that `CancelledError`), or None."""
+    """The result of the sync tool whose thread returned while cancellation waited."""
     if not hasattr(cancelled, _FINISHED):
         return None
     try:
@@ -654,12 +563,13 @@ def _strip_titles(schema: Any) -> None:
             _strip_titles(item)
 
 
-def _describe_validation(exc: pydantic.ValidationError) -> str:
+def describe_validation(exc: pydantic.ValidationError, what: str = "arguments") -> str:
+    """`exc`'s problems as one line: "invalid <what>: <location>: <message>; ..."."""
     problems = []
     for err in exc.errors(include_url=False):
-        loc = ".".join(str(x) for x in err["loc"]) or "arguments"
+        loc = ".".join(str(x) for x in err["loc"]) or what
         problems.append(f"{loc}: {err['msg']}")
-    return "invalid arguments: " + "; ".join(problems)
+    return f"invalid {what}: " + "; ".join(problems)
 
 
 _SECTION = re.compile(
@@ -670,10 +580,7 @@ _SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """Split a docstring into its description and per-parameter descriptions.
-
-    Understands Google style (`Args:` sections) and Sphinx style (`:param x:`).
-    """
+    """Split a Google- or Sphinx-style docstring into description and per-parameter texts."""
     summary: list[str] = []
     params: dict[str, str] = {}
     section: str | None = None

@@ -1,8 +1,5 @@
-"""Toolsets: tools that come from somewhere else (an MCP server...), resolved per run.
-
-A `Toolset` is an async context manager handing out ordinary `Tool`s: the agent enters it
-for each run (reference counted, so `async with server:` around runs keeps one
-connection) and lists its tools again before every model turn."""
+"""Toolsets: tools from elsewhere (an MCP server...), async context managers the agent
+enters per run (reference counted) and lists again before every model turn."""
 
 from __future__ import annotations
 
@@ -45,11 +42,8 @@ async def enter_all(stack: AsyncExitStack, toolsets: Iterable[Toolset]) -> None:
 
 
 async def resolve_tools(own: Mapping[str, Tool], toolsets: Iterable[Toolset]) -> dict[str, Tool]:
-    """The agent's own tools plus every toolset's current tools, by name.
-
-    Raises:
-        ValueError: two tools share a name (the message names both sources).
-    """
+    """The agent's own tools plus every toolset's current tools, by name (`ValueError` for
+    two tools sharing a name)."""
     tools = dict(own)
     for toolset in toolsets:
         for tool in await toolset.list_tools():

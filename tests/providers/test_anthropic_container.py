@@ -12,6 +12,7 @@ sent as `container` by the next request while it has not expired.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -19,8 +20,6 @@ import pytest
 from golem import Agent, dumps_history, loads_history
 from golem.messages import Message, ServerToolBlock
 from golem.model import ModelRequest
-from golem.providers.anthropic import build_request_body
-from golem.providers.anthropic._wire import CONTAINER_BLOCK, container_of
 from tests.support.adapters import body_of
 from tests.support.anthropic import model_on, scripted_transport, sse, synthesize_stream
 
@@ -90,7 +89,7 @@ async def test_a_paused_turn_continues_in_its_container(stream: bool) -> None:
     # the container is no content block: the paused blocks go back as they came
     assert seen[1]["messages"][-1]["content"] == paused["content"]
     first = next(m for m in result.messages if m.role == "assistant")
-    assert [b.type for b in first.server_tools][-1] == CONTAINER_BLOCK
+    assert [b.type for b in first.server_tools][-1] == "container"
 
 
 async def test_the_container_survives_the_history_json() -> None:
@@ -99,7 +98,7 @@ async def test_the_container_survives_the_history_json() -> None:
     ) as model:
         paused = (await model.generate(ModelRequest([Message("user", "q")]))).message
     history = loads_history(dumps_history([Message("user", "q"), paused]))
-    body = build_request_body(ModelRequest(history), model="claude-x")
+    body = body_of("anthropic", ModelRequest(history), "claude-x")
     assert body["container"] == "container_011A"
     assert body["messages"][-1]["content"] == [
         {"type": "text", "text": "Computing."},
@@ -112,7 +111,7 @@ def _message(*containers: tuple[str, str]) -> Message:
     blocks = [
         ServerToolBlock(
             provider="anthropic",
-            type=CONTAINER_BLOCK,
+            type="container",
             id=cid,
             raw=json.dumps({"id": cid, "expires_at": expires}),
         )
@@ -129,48 +128,55 @@ def test_the_latest_container_is_sent_while_it_lives() -> None:
         _message(("container_new", FUTURE)),
         Message("user", "c"),
     ]
-    assert build_request_body(ModelRequest(history), model="m")["container"] == "container_new"
+    assert body_of("anthropic", ModelRequest(history), "m")["container"] == "container_new"
 
 
 def test_an_expired_container_is_not_sent() -> None:
     # the API refuses a container past its expiry; a conversation resumed later starts anew
     history = [Message("user", "a"), _message(("container_new", PAST)), Message("user", "b")]
-    assert "container" not in build_request_body(ModelRequest(history), model="m")
+    assert "container" not in body_of("anthropic", ModelRequest(history), "m")
     # an older live one is not reused either: the latest named is the one the turn ran in
     history.insert(1, _message(("container_old", FUTURE)))
-    assert "container" not in build_request_body(ModelRequest(history), model="m")
+    assert "container" not in body_of("anthropic", ModelRequest(history), "m")
 
 
 @pytest.mark.parametrize("expires", [None, "", "soon", 12, "9999-99-99"])
 def test_a_container_without_a_readable_expiry_is_sent(expires: Any) -> None:
     block = ServerToolBlock(
         provider="anthropic",
-        type=CONTAINER_BLOCK,
+        type="container",
         id="container_x",
         raw=json.dumps({"id": "container_x", "expires_at": expires}),
     )
     history = [Message("user", "a"), Message("assistant", "ok", server_tools=[block])]
-    assert container_of(history) == "container_x"
+    assert body_of("anthropic", ModelRequest(history)).get("container") == "container_x"
 
 
-def test_expiry_is_judged_at_the_time_given() -> None:
-    history = [Message("user", "a"), _message(("c1", "2030-01-01T00:00:00Z"))]
-    assert container_of(history, now=1_800_000_000.0) == "c1"  # 2027
-    assert container_of(history, now=1_893_456_000.0) == ""  # the very second it expires
-    assert container_of(history, now=1_900_000_000.0) == ""  # 2030, after
-    # a time without its zone is UTC, as the API writes them
-    naive = [Message("user", "a"), _message(("c1", "2030-01-01T00:00:00"))]
-    assert container_of(naive, now=1_893_455_999.0) == "c1"
-    assert container_of(naive, now=1_893_456_000.0) == ""
+@pytest.mark.parametrize(
+    ("expires", "now", "sent"),
+    [
+        ("2030-01-01T00:00:00Z", 1_800_000_000.0, True),  # 2027
+        ("2030-01-01T00:00:00Z", 1_893_456_000.0, False),  # the very second it expires
+        ("2030-01-01T00:00:00Z", 1_900_000_000.0, False),  # 2030, after
+        ("2030-01-01T00:00:00", 1_893_455_999.0, True),  # no zone: UTC, as the API writes them
+        ("2030-01-01T00:00:00", 1_893_456_000.0, False),
+    ],
+)
+def test_expiry_is_judged_at_the_time_of_the_request(
+    expires: str, now: float, sent: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(time, "time", lambda: now)
+    history = [Message("user", "a"), _message(("c1", expires))]
+    assert body_of("anthropic", ModelRequest(history)).get("container", "") == ("c1" if sent else "")
 
 
 def test_extra_body_skills_join_the_carried_container() -> None:
     history = [Message("user", "a"), _message(("container_new", FUTURE)), Message("user", "b")]
     skills = {"skills": [{"type": "anthropic", "skill_id": "pptx", "version": "latest"}]}
-    body = build_request_body(ModelRequest(history), model="m", extra_body={"container": skills})
+    body = body_of("anthropic", ModelRequest(history), "m", extra_body={"container": skills})
     assert body["container"] == {**skills, "id": "container_new"}
     # an explicit container wins
-    body = build_request_body(ModelRequest(history), model="m", extra_body={"container": "c9"})
+    body = body_of("anthropic", ModelRequest(history), "m", extra_body={"container": "c9"})
     assert body["container"] == "c9"
 
 

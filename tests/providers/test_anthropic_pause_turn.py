@@ -20,9 +20,9 @@ from golem.events import EventKind, RunEvent
 from golem.limits import UsageLimits
 from golem.messages import Message
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers.anthropic import build_request_body
 from golem.result import RunError
 from golem.testing import ScriptedModel
+from tests.support.adapters import body_of
 from tests.support.anthropic import SEARCH_RESULT, model_on, scripted_transport
 
 SEARCH_USE = {
@@ -135,7 +135,7 @@ async def test_a_paused_turn_and_its_continuation_go_back_as_one_assistant_turn(
             ]
         )
     )
-    body = build_request_body(ModelRequest(history), model="claude-x")
+    body = body_of("anthropic", ModelRequest(history), "claude-x")
     roles = [m["role"] for m in body["messages"]]
     assert roles == ["user", "assistant", "user"]
     assert body["messages"][1]["content"] == [
@@ -148,7 +148,7 @@ async def test_a_paused_turn_and_its_continuation_go_back_as_one_assistant_turn(
 def test_a_paused_turn_sent_back_ends_without_trailing_whitespace(tail: str) -> None:
     # the API refuses "final assistant content cannot end with trailing whitespace"
     paused = Message("assistant", tail)
-    body = build_request_body(ModelRequest([Message("user", "q"), paused]), model="claude-x")
+    body = body_of("anthropic", ModelRequest([Message("user", "q"), paused]), "claude-x")
     assert body["messages"][-1] == {
         "role": "assistant",
         "content": [{"type": "text", "text": tail.rstrip()}],
@@ -156,7 +156,5 @@ def test_a_paused_turn_sent_back_ends_without_trailing_whitespace(tail: str) -> 
 
 
 def test_a_paused_turn_of_whitespace_only_is_left_out() -> None:
-    body = build_request_body(
-        ModelRequest([Message("user", "q"), Message("assistant", " \n")]), model="claude-x"
-    )
+    body = body_of("anthropic", ModelRequest([Message("user", "q"), Message("assistant", " \n")]))
     assert [m["role"] for m in body["messages"]] == ["user"]

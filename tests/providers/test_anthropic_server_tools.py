@@ -12,11 +12,8 @@ from hypothesis import strategies as st
 
 from golem import Agent, Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock, ToolCall
-from golem.model import ModelRequest, ModelResponse, ToolSpec
-from golem.providers.anthropic._response import parse_response
-from golem.providers.anthropic._stream import parse_stream, sse_events
-from golem.providers.anthropic._wire import build_request_body
-from tests.support.adapters import body_of
+from golem.model import ModelRequest, ModelResponse
+from tests.support.adapters import body_of, parsed, streamed
 from tests.support.anthropic import SEARCH_RESULT, model_on, synthesize_stream
 from tests.support.recordings import available, load, replay_transport
 
@@ -69,53 +66,28 @@ CONTENT = "Let me search.\n\nIn folklore, a golem is made of clay and comes aliv
 def _sent(message: Message) -> list[dict[str, Any]]:
     """The content blocks the adapter sends for `message` after a user turn."""
     request = ModelRequest(messages=[Message(role="user", content="hi"), message])
-    content: list[dict[str, Any]] = build_request_body(request, model="m")["messages"][1]["content"]
+    content: list[dict[str, Any]] = body_of("anthropic", request)["messages"][1]["content"]
     return content
 
 
 def test_blocks_and_citations_are_typed_and_text_runs_stay_apart() -> None:
-    message = parse_response(BODY).message
+    message = parsed("anthropic", BODY).message
     assert message.content == CONTENT
     cited = CONTENT.index("a golem")
     alive = CONTENT.index("comes alive")
     assert message.citations == [
-        Citation(
-            start=cited,
-            end=cited + len("a golem is made of clay"),
-            url="https://example.com/golem",
-            title="Golem",
-            cited_text="A golem is an animated being.",
-            provider="anthropic",
-            raw=_dump(CITATION),
-        ),
-        Citation(
-            start=alive,
-            end=alive + len("comes alive"),
-            title="Notes",
-            cited_text="clay",
-            provider="anthropic",
-            raw=_dump(DOCUMENT_CITATION),
-        ),
+        Citation(start=cited, end=cited + len("a golem is made of clay"),
+                 url="https://example.com/golem", title="Golem",
+                 cited_text="A golem is an animated being.", provider="anthropic",
+                 raw=_dump(CITATION)),
+        Citation(start=alive, end=alive + len("comes alive"), title="Notes", cited_text="clay",
+                 provider="anthropic", raw=_dump(DOCUMENT_CITATION)),
     ]
     assert message.server_tools == [
-        ServerToolBlock(
-            provider="anthropic",
-            type="server_tool_use",
-            id="srvtoolu_1",
-            name="web_search",
-            raw=_dump(BODY["content"][2]),
-            at=len("Let me search."),
-            thinking_before=1,
-        ),
-        ServerToolBlock(
-            provider="anthropic",
-            type="web_search_tool_result",
-            id="srvtoolu_1",
-            name="web_search",
-            raw=_dump(SEARCH_RESULT),
-            at=len("Let me search."),
-            thinking_before=1,
-        ),
+        ServerToolBlock(provider="anthropic", type=block["type"], id="srvtoolu_1",
+                        name="web_search", raw=_dump(block), at=len("Let me search."),
+                        thinking_before=1)
+        for block in (BODY["content"][2], SEARCH_RESULT)
     ]
     assert message.server_tools[1].data()["content"][0]["encrypted_content"] == "EncA=="
     assert message.tool_calls == []
@@ -124,12 +96,12 @@ def test_blocks_and_citations_are_typed_and_text_runs_stay_apart() -> None:
 def test_a_streamed_response_equals_the_plain_one() -> None:
     events = [(e["type"], json.dumps(e)) for e in synthesize_stream(BODY, size=4)]
     assert any('"citations_delta"' in data for _, data in events)
-    final = parse_stream(events)[-1]
-    assert final == parse_response(BODY)
+    final = streamed("anthropic", events)[-1]
+    assert final == parsed("anthropic", BODY)
 
 
 def test_the_next_turn_sends_the_blocks_back_where_they_sat() -> None:
-    message = parse_response(BODY).message
+    message = parsed("anthropic", BODY).message
     request = ModelRequest(
         messages=[
             Message(role="user", content="golem?"),
@@ -137,7 +109,7 @@ def test_the_next_turn_sends_the_blocks_back_where_they_sat() -> None:
             Message(role="user", content="and?"),
         ]
     )
-    content = build_request_body(request, model="claude-x")["messages"][1]["content"]
+    content = body_of("anthropic", request, "claude-x")["messages"][1]["content"]
     assert content == [
         {"type": "thinking", "thinking": "Search first.", "signature": "sig1"},
         {"type": "text", "text": "Let me search."},
@@ -152,12 +124,12 @@ def test_the_next_turn_sends_the_blocks_back_where_they_sat() -> None:
 
 
 def test_a_saved_history_sends_the_same_body() -> None:
-    message = parse_response(BODY).message
+    message = parsed("anthropic", BODY).message
     history = [Message(role="user", content="golem?"), message]
     loaded = loads_history(dumps_history(history))
     assert loaded == history
-    assert build_request_body(ModelRequest(messages=loaded), model="m") == build_request_body(
-        ModelRequest(messages=history), model="m"
+    assert body_of("anthropic", ModelRequest(messages=loaded), "m") == body_of("anthropic",
+        ModelRequest(messages=history), "m"
     )
 
 
@@ -173,7 +145,7 @@ def test_whitespace_between_citations_joins_the_block_before() -> None:
             {**cited, "text": "Two."},
         ],
     }
-    message = parse_response(body).message
+    message = parsed("anthropic", body).message
     assert message.content == "One. Two."
     content = _sent(message)
     assert content[2:] == [
@@ -183,7 +155,7 @@ def test_whitespace_between_citations_joins_the_block_before() -> None:
 
 
 def test_other_providers_never_receive_the_blocks() -> None:
-    message = parse_response(BODY).message
+    message = parsed("anthropic", BODY).message
     request = ModelRequest(messages=[Message(role="user", content="golem?"), message])
     bodies = [
         body_of("openai-chat", request, model="gpt-x"),
@@ -195,18 +167,6 @@ def test_other_providers_never_receive_the_blocks() -> None:
         assert "srvtoolu_1" not in text
         assert "EncIdx" not in text
         assert "In folklore, a golem is made of clay and comes alive." in text
-
-
-def test_blocks_from_other_providers_are_not_sent_to_anthropic() -> None:
-    foreign = ServerToolBlock(
-        provider="openai-responses",
-        type="web_search_call",
-        id="ws_1",
-        raw='{"type":"web_search_call","id":"ws_1"}',
-    )
-    message = Message(role="assistant", content="Sunny.", server_tools=[foreign])
-    content = _sent(message)
-    assert content == [{"type": "text", "text": "Sunny."}]
 
 
 def test_a_client_tool_call_after_server_blocks_comes_last() -> None:
@@ -221,7 +181,7 @@ def test_a_client_tool_call_after_server_blocks_comes_last() -> None:
         ],
         "stop_reason": "tool_use",
     }
-    message = parse_response(body).message
+    message = parsed("anthropic", body).message
     assert message.tool_calls == [ToolCall("toolu_1", "save", '{"x": 1}')]
     content = _sent(message)
     assert [b["type"] for b in content] == [
@@ -257,7 +217,7 @@ def test_a_signature_only_thinking_block_beside_server_blocks_is_replayed() -> N
 @recorded
 def test_recorded_web_search_stream_keeps_citations_and_search_results() -> None:
     it = load("anthropic", "test_anthropic_web_search_tool_stream.yaml")[0]
-    final = parse_stream(sse_events(it.body.splitlines()))[-1]
+    final = streamed("anthropic", it.body)[-1]
     assert isinstance(final, ModelResponse)
     message = final.message
     assert message.content.startswith(
@@ -285,7 +245,7 @@ def test_recorded_web_search_stream_keeps_citations_and_search_results() -> None
     assert all(c.start < c.end <= len(message.content) for c in message.citations)
     # the next turn gets the searches (encrypted results included) and the cited text back
     request = ModelRequest(messages=[Message(role="user", content="news?"), message])
-    sent = build_request_body(request, model="m")["messages"][1]["content"]
+    sent = body_of("anthropic", request)["messages"][1]["content"]
     assert [b for b in sent if b["type"] != "text"] == [
         json.loads(b.raw) for b in message.server_tools
     ]
@@ -380,23 +340,6 @@ async def test_an_agent_run_keeps_the_blocks_and_the_next_run_sends_them() -> No
     ]
 
 
-def test_server_tools_in_extra_body_join_the_agent_tools() -> None:
-    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
-    request = ModelRequest(
-        messages=[Message(role="user", content="hi")],
-        tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
-    )
-    body = build_request_body(request, model="m", extra_body={"tools": [search]})
-    assert [t.get("type", "function") for t in body["tools"]] == ["function", "web_search_20250305"]
-    assert body["tools"][1] == search
-    alone = build_request_body(
-        ModelRequest(messages=[Message(role="user", content="hi")]),
-        model="m",
-        extra_body={"tools": [search]},
-    )
-    assert alone["tools"] == [search]
-
-
 _words = st.text(alphabet="abc xyz.", min_size=1, max_size=8).filter(lambda t: t.strip() == t != "")
 
 
@@ -435,9 +378,9 @@ def _merged(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @given(_turns())
 def test_any_interleaving_goes_back_as_it_came(blocks: list[dict[str, Any]]) -> None:
     body = {**BODY, "content": blocks}
-    message = parse_response(body).message
+    message = parsed("anthropic", body).message
     history = loads_history(dumps_history([Message(role="user", content="q"), message]))
-    sent = build_request_body(ModelRequest(messages=history), model="m")["messages"][1:]
+    sent = body_of("anthropic", ModelRequest(messages=history), "m")["messages"][1:]
     assert sent == ([{"role": "assistant", "content": _merged(blocks)}] if blocks else [])
     events = [(e["type"], json.dumps(e)) for e in synthesize_stream(body, size=3)]
-    assert parse_stream(events)[-1] == parse_response(body)
+    assert streamed("anthropic", events)[-1] == parsed("anthropic", body)

@@ -2,83 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
-
-import httpx
-import pytest
 
 from golem.messages import Message, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers.anthropic import StreamParser, parse_response
-from golem.providers.anthropic._stream import parse_stream, sse_events
 from golem.usage import Usage
-from tests.support.adapters import REQUEST
+from tests.support.adapters import streamed
 from tests.support.anthropic import (
-    interaction_id,
-    message_interactions,
-    model_on,
     sse,
     synthesize_stream,
 )
-from tests.support.recordings import Interaction, available, needs_recordings
-
-PLAIN = (
-    [it for it in message_interactions() if it.status == 200 and not it.is_stream]
-    if available()
-    else []
-)
 
 
-def _events(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return list(sse_events(sse(*events).splitlines()))
-
-
-def _assemble(deltas: list[Delta]) -> Message:
-    """Rebuild an assistant message from deltas the way a stream consumer would."""
-    content = "".join(d.content for d in deltas)
-    thinking: dict[int, list[str]] = {}
-    signatures: dict[int, list[str]] = {}
-    calls: dict[int, dict[str, Any]] = {}
-    for d in deltas:
-        for t in d.thinking:
-            thinking.setdefault(t.index, []).append(t.text)
-            signatures.setdefault(t.index, []).append(t.signature)
-        for c in d.tool_calls:
-            call = calls.setdefault(c.index, {"id": "", "name": "", "args": []})
-            call["id"] = call["id"] or c.id
-            call["name"] = call["name"] or c.name
-            call["args"].append(c.args_fragment)
-    return Message(
-        role="assistant",
-        content=content,
-        thinking=[
-            ThinkingBlock(text="".join(thinking[i]), signature="".join(signatures[i]))
-            for i in sorted(thinking)
-        ],
-        tool_calls=[
-            ToolCall(calls[i]["id"], calls[i]["name"], "".join(calls[i]["args"]) or "{}")
-            for i in sorted(calls)
-        ],
-    )
-
-
-@needs_recordings
-@pytest.mark.parametrize("it", PLAIN, ids=interaction_id)
-def test_streamed_form_of_every_recording_equals_the_plain_parse(it: Interaction) -> None:
-    body = it.json
-    items = parse_stream(_events(synthesize_stream(body)))
-    final = items[-1]
-    deltas = [d for d in items[:-1] if isinstance(d, Delta)]
-    assert len(deltas) == len(items) - 1
-    assert final == parse_response(body)
-    assert isinstance(final, ModelResponse)
-    assert _assemble(deltas) == Message(
-        role="assistant",
-        content=final.message.content,
-        thinking=[t for t in final.message.thinking if not t.redacted],
-        tool_calls=final.message.tool_calls,
-    )
+def parse_stream(events: list[dict[str, Any]]) -> list[Delta | ModelResponse]:
+    return streamed("anthropic", sse(*events))
 
 
 def test_deltas_arrive_in_order_with_ids_before_argument_fragments() -> None:
@@ -93,7 +30,7 @@ def test_deltas_arrive_in_order_with_ids_before_argument_fragments() -> None:
         "stop_reason": "tool_use",
         "usage": {"input_tokens": 10, "output_tokens": 20},
     }
-    items = parse_stream(_events(synthesize_stream(body, size=4)))
+    items = parse_stream(synthesize_stream(body, size=4))
     assert items[:-1] == [
         Delta(thinking=[ThinkingDelta(0, text="Weig")]),
         Delta(thinking=[ThinkingDelta(0, text="h it")]),
@@ -122,37 +59,6 @@ def test_deltas_arrive_in_order_with_ids_before_argument_fragments() -> None:
         finish_reason="tool_call",
         model_name="claude-x",
     )
-
-
-def test_streamed_arguments_keep_the_raw_text_even_when_truncated() -> None:
-    events = [
-        {
-            "type": "message_start",
-            "message": {"model": "m", "usage": {"input_tokens": 5, "output_tokens": 1}},
-        },
-        {
-            "type": "content_block_start",
-            "index": 0,
-            "content_block": {"type": "tool_use", "id": "toolu_9", "name": "write", "input": {}},
-        },
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "input_json_delta", "partial_json": '{"text":  "unfinis'},
-        },
-        {"type": "content_block_stop", "index": 0},
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": "max_tokens"},
-            "usage": {"output_tokens": 8},
-        },
-        {"type": "message_stop"},
-    ]
-    final = parse_stream(_events(events))[-1]
-    assert isinstance(final, ModelResponse)
-    assert final.message.tool_calls == [ToolCall("toolu_9", "write", '{"text":  "unfinis')]
-    assert final.finish_reason == "length"
-    assert final.usage == Usage(input_tokens=5, output_tokens=8)
 
 
 def test_redacted_thinking_takes_a_thinking_index_without_a_delta() -> None:
@@ -190,7 +96,7 @@ def test_redacted_thinking_takes_a_thinking_index_without_a_delta() -> None:
         },
         {"type": "message_stop"},
     ]
-    items = parse_stream(_events(events))
+    items = parse_stream(events)
     assert items[:-1] == [
         Delta(thinking=[ThinkingDelta(1, text="hm")]),
         Delta(thinking=[ThinkingDelta(1, signature="s")]),
@@ -201,68 +107,21 @@ def test_redacted_thinking_takes_a_thinking_index_without_a_delta() -> None:
 
 
 def test_unknown_events_and_delta_kinds_are_ignored() -> None:
-    parser = StreamParser()
-    assert (
-        parser.feed(
-            "message_start", json.dumps({"type": "message_start", "message": {"model": "m"}})
-        )
-        is None
+    text = {"type": "text", "text": ""}
+    items = parse_stream(
+        [
+            {"type": "message_start", "message": {"model": "m"}},
+            {"type": "ping"},
+            {"type": "future_event"},
+            {"type": "content_block_start", "index": 0, "content_block": text},
+            {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "citations_delta", "citation": {}}},
+            {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "text_delta", "text": "ok"}},
+            {"type": "message_stop"},
+        ]
     )
-    assert parser.feed("ping", '{"type": "ping"}') is None
-    assert parser.feed("future_event", '{"type": "future_event"}') is None
-    start = {
-        "type": "content_block_start",
-        "index": 0,
-        "content_block": {"type": "text", "text": ""},
-    }
-    assert parser.feed("content_block_start", json.dumps(start)) is None
-    citation = {
-        "type": "content_block_delta",
-        "index": 0,
-        "delta": {"type": "citations_delta", "citation": {}},
-    }
-    assert parser.feed("content_block_delta", json.dumps(citation)) is None
-    text = {
-        "type": "content_block_delta",
-        "index": 0,
-        "delta": {"type": "text_delta", "text": "ok"},
-    }
-    assert parser.feed("content_block_delta", json.dumps(text)) == Delta(content="ok")
-    assert not parser.done
-    parser.feed("message_stop", '{"type": "message_stop"}')
-    assert parser.done
-    assert parser.response().message.content == "ok"
-    assert parser.response().finish_reason == ""
-
-
-async def test_generate_stream_over_http_equals_generate() -> None:
-    body = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-x",
-        "content": [
-            {"type": "text", "text": "Let me look that up."},
-            {
-                "type": "tool_use",
-                "id": "toolu_A",
-                "name": "search",
-                "input": {"query": "golem", "n": 3},
-            },
-        ],
-        "stop_reason": "tool_use",
-        "usage": {"input_tokens": 12, "cache_read_input_tokens": 100, "output_tokens": 30},
-    }
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if json.loads(request.content)["stream"]:
-            text = sse(*synthesize_stream(body, size=3))
-            return httpx.Response(200, headers={"content-type": "text/event-stream"}, text=text)
-        return httpx.Response(200, json=body)
-
-    async with model_on(httpx.MockTransport(handler)) as model:
-        plain = await model.generate(REQUEST)
-        items = [item async for item in model.generate_stream(REQUEST)]
-    assert items[-1] == plain
-    assert plain.usage == Usage(input_tokens=112, output_tokens=30, cache_read_tokens=100)
-    assert _assemble([d for d in items[:-1] if isinstance(d, Delta)]) == plain.message
+    assert items[:-1] == [Delta(content="ok")]
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    assert (final.message.content, final.finish_reason) == ("ok", "")

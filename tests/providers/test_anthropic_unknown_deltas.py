@@ -17,9 +17,7 @@ from hypothesis import strategies as st
 
 from golem.messages import Message
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers.anthropic import build_request_body
-from golem.providers.anthropic._response import parse_response
-from golem.providers.anthropic._stream import parse_stream
+from tests.support.adapters import body_of, parsed, streamed
 from tests.support.recordings import all_interactions, available
 
 FUTURE_BLOCK = {"type": "future_tool_result", "tool_use_id": "srvtoolu_1", "content": "", "n": 1}
@@ -48,7 +46,7 @@ def _events(*deltas: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def test_an_unknown_delta_fills_its_block_which_goes_back_whole() -> None:
-    out = parse_stream(
+    out = streamed("anthropic",
         _events(
             {"type": "future_delta", "content": "abc"},
             {"type": "future_delta", "content": "déf", "status": "done", "n": 2},
@@ -66,16 +64,15 @@ def test_an_unknown_delta_fills_its_block_which_goes_back_whole() -> None:
     }
     # no delta for it: it is no text, thinking or call
     assert [d.content for d in out if isinstance(d, Delta)] == ["Done."]
-    body = build_request_body(
-        ModelRequest([Message("user", "q"), final.message, Message("user", "more")]),
-        model="claude-x",
+    body = body_of(
+        "anthropic", ModelRequest([Message("user", "q"), final.message, Message("user", "more")])
     )
     assert body["messages"][1]["content"][0] == block.data()
 
 
 def test_a_text_delta_for_a_block_that_is_not_text_streams_no_text() -> None:
     # it used to stream as text that the final message did not have
-    out = parse_stream(_events({"type": "text_delta", "text": "stray"}))
+    out = streamed("anthropic", _events({"type": "text_delta", "text": "stray"}))
     text = "".join(d.content for d in out if isinstance(d, Delta))
     final = out[-1]
     assert isinstance(final, ModelResponse)
@@ -146,9 +143,9 @@ def test_server_blocks_streamed_in_unknown_deltas_equal_the_unstreamed_answer(
     if not SERVER_BODIES:
         return
     body = data.draw(st.sampled_from(SERVER_BODIES))
-    final = parse_stream(_streamed(body, data))[-1]
+    final = streamed("anthropic", _streamed(body, data))[-1]
     assert isinstance(final, ModelResponse)
-    whole = parse_response(body)
+    whole = parsed("anthropic", body)
     assert final.message == whole.message
     assert final.finish_reason == whole.finish_reason
 

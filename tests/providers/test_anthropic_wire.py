@@ -9,15 +9,17 @@ import httpx
 import pytest
 
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
-from golem.model import ModelRequest, ToolSpec
-from golem.providers.anthropic import build_request_body, parse_response
-from golem.providers.anthropic._response import finish_reason_from
-from golem.providers.anthropic._wire import args_object, strict_output_schema
+from golem.model import ModelRequest, ModelResponse, ToolSpec
+from tests.support.adapters import DONE, body_of, final, send
 from tests.support.anthropic import model_on
 
 
-def _body(messages: list[Message], **kwargs: Any) -> dict[str, Any]:
-    return build_request_body(ModelRequest(messages=messages), model="m", **kwargs)
+def _body(messages: list[Message], **settings: Any) -> dict[str, Any]:
+    return body_of("anthropic", ModelRequest(messages=messages), **settings)
+
+
+async def parse_response(body: dict[str, Any]) -> ModelResponse:
+    return final(await send("anthropic", json.dumps({**DONE["anthropic"], **body}), stream=False))
 
 
 # --------------------------------------------------------------------------- configuration
@@ -71,79 +73,32 @@ def test_system_messages_join_into_the_system_field() -> None:
     assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
 
 
-def test_empty_messages_are_skipped() -> None:
-    body = _body(
-        [Message(role="user", content="hi"), Message(role="assistant"), Message(role="user")]
-    )
-    assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
-
-
 def test_assistant_blocks_in_order_and_failed_results_flagged() -> None:
-    body = _body(
-        [
-            Message(role="user", content="go"),
-            Message(
-                role="assistant",
-                content="Calling.",
-                thinking=[
-                    ThinkingBlock(text="plan", signature="sig"),
-                    ThinkingBlock(redacted="opaque"),
-                    ThinkingBlock(text="unsigned reasoning from another provider"),
-                ],
-                tool_calls=[ToolCall("toolu_a", "f", '{"x": 1}'), ToolCall("toolu_b", "g", "")],
-            ),
-            Message(
-                role="tool", tool_call_id="toolu_a", tool_name="f", content="boom", failed=True
-            ),
-            Message(role="tool", tool_call_id="toolu_b", tool_name="g", content="ok"),
-            Message(role="user", content="and now?"),
-        ]
-    )
+    thinking = [ThinkingBlock(text="plan", signature="sig"), ThinkingBlock(redacted="opaque"),
+                ThinkingBlock(text="unsigned reasoning from another provider")]
+    calls = [ToolCall("toolu_a", "f", '{"x": 1}'), ToolCall("toolu_b", "g", "")]
+    body = _body([
+        Message(role="user", content="go"),
+        Message(role="assistant", content="Calling.", thinking=thinking, tool_calls=calls),
+        Message(role="tool", tool_call_id="toolu_a", tool_name="f", content="boom", failed=True),
+        Message(role="tool", tool_call_id="toolu_b", tool_name="g", content="ok"),
+        Message(role="user", content="and now?"),
+    ])
+
+    def result(call_id: str, content: str, failed: bool) -> dict[str, Any]:
+        return {"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": failed}
+
     assert body["messages"][1:] == [
-        {
-            "role": "assistant",
-            "content": [
-                {"type": "thinking", "thinking": "plan", "signature": "sig"},
-                {"type": "redacted_thinking", "data": "opaque"},
-                {"type": "text", "text": "Calling."},
-                {"type": "tool_use", "id": "toolu_a", "name": "f", "input": {"x": 1}},
-                {"type": "tool_use", "id": "toolu_b", "name": "g", "input": {}},
-            ],
-        },
-        {
-            "role": "user",
-            "content": [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": "toolu_a",
-                    "content": "boom",
-                    "is_error": True,
-                },
-                {
-                    "type": "tool_result",
-                    "tool_use_id": "toolu_b",
-                    "content": "ok",
-                    "is_error": False,
-                },
-                {"type": "text", "text": "and now?"},
-            ],
-        },
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "plan", "signature": "sig"},
+            {"type": "redacted_thinking", "data": "opaque"},
+            {"type": "text", "text": "Calling."},
+            {"type": "tool_use", "id": "toolu_a", "name": "f", "input": {"x": 1}},
+            {"type": "tool_use", "id": "toolu_b", "name": "g", "input": {}},
+        ]},
+        {"role": "user", "content": [result("toolu_a", "boom", True), result("toolu_b", "ok", False),
+                                     {"type": "text", "text": "and now?"}]},
     ]
-
-
-@pytest.mark.parametrize(
-    ("raw", "sent"),
-    [
-        ('{"a": [1, 2]}', {"a": [1, 2]}),
-        ("", {}),
-        ("  ", {}),
-        ('{"path": "/tm', {"truncated_args": '{"path": "/tm'}),
-        ("[1, 2]", {"truncated_args": "[1, 2]"}),
-        ("null", {"truncated_args": "null"}),
-    ],
-)
-def test_tool_arguments_sent_as_an_object(raw: str, sent: dict[str, Any]) -> None:
-    assert args_object(raw) == sent
 
 
 def test_foreign_tool_call_ids_are_rewritten_consistently() -> None:
@@ -175,122 +130,60 @@ def test_foreign_tool_call_ids_are_rewritten_consistently() -> None:
 
 
 def test_parts_in_user_and_tool_messages() -> None:
-    pdf, png = b"%PDF-1.4", b"\x89PNG"
-    body = _body(
-        [
-            Message(
-                role="user",
-                content="Look",
-                parts=[
-                    Part(kind="image", url="https://x.test/a.png"),
-                    Part(kind="image", data=png, media_type="image/png"),
-                    Part(kind="document", url="https://x.test/a.pdf"),
-                    Part(kind="document", data=pdf, media_type="application/pdf"),
-                    Part(kind="document", data="# Título".encode(), media_type="text/markdown"),
-                ],
-            ),
-            Message(role="assistant", tool_calls=[ToolCall("toolu_1", "fetch", "{}")]),
-            Message(
-                role="tool",
-                tool_call_id="toolu_1",
-                content="Attached.",
-                parts=[
-                    Part(kind="image", data=png, media_type="image/png"),
-                    Part(kind="audio", url="https://x.test/a.mp3"),
-                    Part(kind="video", data=b"...", media_type="video/mp4"),
-                    Part(kind="document", data=b"PK..", media_type="application/zip"),
-                ],
-            ),
-        ]
-    )
+    png = Part(kind="image", data=b"\x89PNG", media_type="image/png")
+    user = [Part(kind="image", url="https://x.test/a.png"), png,
+            Part(kind="document", url="https://x.test/a.pdf"),
+            Part(kind="document", data=b"%PDF-1.4", media_type="application/pdf"),
+            Part(kind="document", data="# Título".encode(), media_type="text/markdown")]
+    refused = [Part(kind="audio", url="https://x.test/a.mp3"),
+               Part(kind="video", data=b"...", media_type="video/mp4"),
+               Part(kind="document", data=b"PK..", media_type="application/zip")]
+    body = _body([
+        Message(role="user", content="Look", parts=user),
+        Message(role="assistant", tool_calls=[ToolCall("toolu_1", "fetch", "{}")]),
+        Message(role="tool", tool_call_id="toolu_1", content="Attached.", parts=[png, *refused]),
+    ])
     png_source = {"type": "base64", "media_type": "image/png", "data": "iVBORw=="}
+    pdf_source = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQ="}
     assert body["messages"][0]["content"] == [
         {"type": "text", "text": "Look"},
         {"type": "image", "source": {"type": "url", "url": "https://x.test/a.png"}},
         {"type": "image", "source": png_source},
         {"type": "document", "source": {"type": "url", "url": "https://x.test/a.pdf"}},
-        {
-            "type": "document",
-            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQ="},
-        },
-        {
-            "type": "document",
-            "source": {"type": "text", "media_type": "text/plain", "data": "# Título"},
-        },
+        {"type": "document", "source": pdf_source},
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "# Título"}},
     ]
-    assert body["messages"][2]["content"] == [
-        {
-            "type": "tool_result",
-            "tool_use_id": "toolu_1",
-            "is_error": False,
-            "content": [
-                {"type": "text", "text": "Attached."},
-                {"type": "image", "source": png_source},
-                {
-                    "type": "text",
-                    "text": "[audio at https://x.test/a.mp3 omitted: the Anthropic API does not accept it]",
-                },
-                {
-                    "type": "text",
-                    "text": "[video (video/mp4) omitted: the Anthropic API does not accept it]",
-                },
-                {
-                    "type": "text",
-                    "text": "[document (application/zip) omitted: the Anthropic API does not accept it]",
-                },
-            ],
-        }
-    ]
+    omitted = "omitted: the Anthropic API does not accept it]"
+    assert body["messages"][2]["content"] == [{
+        "type": "tool_result", "tool_use_id": "toolu_1", "is_error": False, "content": [
+            {"type": "text", "text": "Attached."},
+            {"type": "image", "source": png_source},
+            {"type": "text", "text": f"[audio at https://x.test/a.mp3 {omitted}"},
+            {"type": "text", "text": f"[video (video/mp4) {omitted}"},
+            {"type": "text", "text": f"[document (application/zip) {omitted}"},
+        ],
+    }]
 
 
 def test_tools_and_native_output() -> None:
-    schema = {
-        "type": "object",
-        "properties": {"n": {"type": "integer", "minimum": 1}},
-        "required": ["n"],
-    }
-    body = build_request_body(
-        ModelRequest(
-            messages=[Message(role="user", content="count")],
-            tools=[ToolSpec("count", "Count things.", {"type": "object", "properties": {}})],
-            output_schema=schema,
-        ),
-        model="m",
-    )
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}, "required": ["n"]}
+    count = ToolSpec("count", "Count things.", {"type": "object", "properties": {}})
+    request = ModelRequest([Message(role="user", content="count")], tools=[count], output_schema=schema)
+    body = body_of("anthropic", request)
     assert body["tools"] == [
-        {
-            "name": "count",
-            "description": "Count things.",
-            "input_schema": {"type": "object", "properties": {}},
-        }
+        {"name": "count", "description": "Count things.", "input_schema": {"type": "object", "properties": {}}}
     ]
     assert body["tool_choice"] == {"type": "auto"}
-    assert body["output_config"] == {
-        "format": {
-            "type": "json_schema",
-            "schema": {
-                "type": "object",
-                "properties": {"n": {"type": "integer", "description": "{minimum: 1}"}},
-                "required": ["n"],
-                "additionalProperties": False,
-            },
-        }
-    }
+    strict = {"type": "object", "properties": {"n": {"type": "integer", "description": "{minimum: 1}"}},
+              "required": ["n"], "additionalProperties": False}
+    assert body["output_config"] == {"format": {"type": "json_schema", "schema": strict}}
     assert "system" not in body
 
 
 def test_prompted_output_appends_to_the_instructions() -> None:
-    body = build_request_body(
-        ModelRequest(
-            messages=[
-                Message(role="system", content="Be exact."),
-                Message(role="user", content="n?"),
-            ],
-            output_schema={"type": "object"},
-        ),
-        model="m",
-        output_mode="prompted",
-    )
+    messages = [Message(role="system", content="Be exact."), Message(role="user", content="n?")]
+    request = ModelRequest(messages=messages, output_schema={"type": "object"})
+    body = body_of("anthropic", request, output_mode="prompted")
     assert body["system"] == (
         "Be exact.\n\nAlways respond with a JSON object that's compatible with this schema:\n\n"
         '{"type": "object"}\n\nDon\'t include any text or Markdown fencing before or after.'
@@ -298,78 +191,37 @@ def test_prompted_output_appends_to_the_instructions() -> None:
     assert "output_config" not in body
 
 
+def strict_output_schema(schema: dict[str, Any]) -> Any:
+    request = ModelRequest([Message(role="user", content="n?")], output_schema=schema)
+    return body_of("anthropic", request)["output_config"]["format"]["schema"]
+
+
 def test_strict_output_schema() -> None:
-    schema = {
-        "$defs": {
-            "Item": {
-                "type": "object",
-                "description": "An item.",
-                "properties": {
-                    "minimum": {"type": "string", "maxLength": 5, "format": "email"},
-                    "tags": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "minItems": 1,
-                        "maxItems": 3,
-                    },
-                    "code": {"type": "string", "format": "color"},
-                },
-            }
-        },
-        "type": "object",
-        "properties": {
-            "items": {"type": "array", "items": {"$ref": "#/$defs/Item"}, "minItems": 2},
-            "extra": {"type": "object", "additionalProperties": {"type": "string"}},
-            "either": {"anyOf": [{"type": "object", "properties": {}}, {"type": "null"}]},
-        },
-    }
-    assert strict_output_schema(schema) == {
-        "$defs": {
-            "Item": {
-                "type": "object",
-                "description": "An item.",
-                "properties": {
-                    "minimum": {
-                        "type": "string",
-                        "format": "email",
-                        "description": "{maxLength: 5}",
-                    },
-                    "tags": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "minItems": 1,
-                        "description": "{maxItems: 3}",
-                    },
-                    "code": {"type": "string", "description": "{format: color}"},
-                },
-                "additionalProperties": False,
-            }
-        },
-        "type": "object",
-        "properties": {
-            "items": {
-                "type": "array",
-                "items": {"$ref": "#/$defs/Item"},
-                "description": "{minItems: 2}",
-            },
-            "extra": {
-                "type": "object",
-                "additionalProperties": False,
-                "description": '{additionalProperties: {"type": "string"}}',
-            },
-            "either": {
-                "anyOf": [
-                    {"type": "object", "properties": {}, "additionalProperties": False},
-                    {"type": "null"},
-                ]
-            },
-        },
-        "additionalProperties": False,
-    }
+    """Constraints the API refuses move into the description; objects are closed."""
+    item = {"type": "object", "description": "An item.", "properties": {
+        "minimum": {"type": "string", "maxLength": 5, "format": "email"},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3},
+        "code": {"type": "string", "format": "color"},
+    }}
+    schema = {"$defs": {"Item": item}, "type": "object", "properties": {
+        "items": {"type": "array", "items": {"$ref": "#/$defs/Item"}, "minItems": 2},
+        "extra": {"type": "object", "additionalProperties": {"type": "string"}},
+        "either": {"anyOf": [{"type": "object", "properties": {}}, {"type": "null"}]},
+    }}
+    strict_item = {"type": "object", "description": "An item.", "properties": {
+        "minimum": {"type": "string", "format": "email", "description": "{maxLength: 5}"},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                 "description": "{maxItems: 3}"},
+        "code": {"type": "string", "description": "{format: color}"},
+    }, "additionalProperties": False}
+    assert strict_output_schema(schema) == {"$defs": {"Item": strict_item}, "type": "object", "properties": {
+        "items": {"type": "array", "items": {"$ref": "#/$defs/Item"}, "description": "{minItems: 2}"},
+        "extra": {"type": "object", "additionalProperties": False,
+                  "description": '{additionalProperties: {"type": "string"}}'},
+        "either": {"anyOf": [{"type": "object", "properties": {}, "additionalProperties": False},
+                             {"type": "null"}]},
+    }, "additionalProperties": False}
     assert strict_output_schema(strict_output_schema(schema)) == strict_output_schema(schema)
-
-
-# --------------------------------------------------------------------------- responses
 
 
 @pytest.mark.parametrize(
@@ -386,12 +238,14 @@ def test_strict_output_schema() -> None:
         (None, ""),
     ],
 )
-def test_finish_reason(stop_reason: str | None, finish: str) -> None:
-    assert finish_reason_from(stop_reason) == finish
+async def test_finish_reason(stop_reason: str | None, finish: str) -> None:
+    call = {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}
+    body = {"stop_reason": stop_reason, **({"content": [call]} if finish == "tool_call" else {})}
+    assert (await parse_response(body)).finish_reason == finish
 
 
-def test_response_keeps_unicode_arguments_and_redacted_thinking() -> None:
-    response = parse_response(
+async def test_response_keeps_unicode_arguments_and_redacted_thinking() -> None:
+    response = await parse_response(
         {
             "model": "claude-x",
             "content": [
@@ -411,8 +265,8 @@ def test_response_keeps_unicode_arguments_and_redacted_thinking() -> None:
 # --------------------------------------------------------------------------- history
 
 
-def test_history_paused_on_anthropic_is_sendable_after_a_json_round_trip() -> None:
-    response = parse_response(
+async def test_history_paused_on_anthropic_is_sendable_after_a_json_round_trip() -> None:
+    response = await parse_response(
         {
             "model": "claude-x",
             "content": [

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from golem.errors import GolemError, ProviderError, ResponseFormatError
 from golem.model import ModelResponse
 from tests.support.adapters import MODELS, final, send, text_answer
+from tests.support.events import answer
 from tests.support.recordings import needs_recordings
 from tests.support.streams import BODIES, TEXT, UNICODE_STREAMS, send_with_headers
 from tests.support.unknown import (
@@ -38,20 +39,7 @@ LONE = "half \\ud83d of an emoji, \\ude00 and a whole \\ud83d\\ude00"
 
 def _text_body(api: str, text_json: str) -> str:
     """A plain answer of `api` whose text is the JSON string literal body `text_json`."""
-    t = f'"{text_json}"'
-    if api == "openai-chat":
-        return (
-            '{"choices":[{"index":0,"message":{"role":"assistant","content":' + t + "},"
-            '"finish_reason":"stop"}]}'
-        )
-    if api == "openai-responses":
-        return (
-            '{"id":"r","status":"completed","output":[{"type":"message","content":'
-            '[{"type":"output_text","text":' + t + "}]}]}"
-        )
-    if api == "anthropic":
-        return '{"content":[{"type":"text","text":' + t + '}],"stop_reason":"end_turn"}'
-    return '{"candidates":[{"content":{"parts":[{"text":' + t + '}]},"finishReason":"STOP"}]}'
+    return json.dumps(answer(api, "@@TEXT@@")).replace("@@TEXT@@", text_json)
 
 
 @pytest.mark.parametrize("api", sorted(MODELS))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from typing import Any
 
 import httpx
@@ -21,7 +22,6 @@ from golem import Agent, dumps_history, loads_history
 from golem.messages import Message, Part, ToolCall
 from golem.model import ModelRequest
 from golem.providers.openai import OpenAIChatModel
-from golem.providers.openai._wire import RequestOptions, audio_id_of, build_request_body
 from tests.support.adapters import body_of
 
 WAV = b"RIFF$\x00\x00\x00WAVEfmt \x10\x00\x00\x00"
@@ -130,8 +130,13 @@ def _spoken(signature: str) -> Message:
         ("", 0.0, ""),
     ],
 )
-def test_audio_id_of(signature: str, now: float, expected: str) -> None:
-    assert audio_id_of(_spoken(signature), now=now) == expected
+def test_the_audio_id_sent_is_the_signatures_while_it_lives(
+    signature: str, now: float, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(time, "time", lambda: now)
+    history = [Message("user", "q"), _spoken(signature), Message("user", "and?")]
+    sent = body_of("openai-chat", ModelRequest(history))["messages"][1]
+    assert sent.get("audio", {}).get("id", "") == expected
 
 
 def test_other_providers_never_get_the_audio_id() -> None:
@@ -154,9 +159,10 @@ def test_an_audio_answer_with_tool_calls_keeps_its_calls() -> None:
         parts=[_spoken(f"openai-chat-audio/{FUTURE}/au").parts[0]],
         tool_calls=[ToolCall("call_1", "look", "{}")],
     )
-    body = build_request_body(
+    body = body_of(
+        "openai-chat",
         ModelRequest([Message("user", "q"), m, Message("tool", "seen", tool_call_id="call_1")]),
-        RequestOptions(model="gpt-4o-audio-preview"),
+        "gpt-4o-audio-preview",
     )
     assistant = body["messages"][1]
     assert assistant["audio"] == {"id": "au"}

@@ -19,17 +19,8 @@ from golem.providers.gemini import GeminiModel
 from golem.providers.openai import OpenAIChatModel, OpenAIResponsesModel
 from tests.support.adapters import ADAPTERS, DONE, REQUEST
 
-ENV = (
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "AZURE_OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "GEMINI_API_KEY",
-    "GOOGLE_API_KEY",
-    "OLLAMA_BASE_URL",
-    "OLLAMA_API_KEY",
-)
+ENV = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY",
+       "ANTHROPIC_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY", "OLLAMA_BASE_URL", "OLLAMA_API_KEY")
 
 
 @pytest.fixture(autouse=True)
@@ -77,13 +68,8 @@ KEYS = [
     ("anthropic", {"ANTHROPIC_API_KEY": "from-env"}, None, "x-api-key", "from-env"),
     ("anthropic", {"ANTHROPIC_API_KEY": "from-env"}, "explicit", "x-api-key", "explicit"),
     ("gemini", {"GOOGLE_API_KEY": "google-key"}, None, "x-goog-api-key", "google-key"),
-    (
-        "gemini",
-        {"GEMINI_API_KEY": "gemini-key", "GOOGLE_API_KEY": "google-key"},
-        None,
-        "x-goog-api-key",
-        "gemini-key",
-    ),
+    ("gemini", {"GEMINI_API_KEY": "gemini-key", "GOOGLE_API_KEY": "google-key"}, None,
+     "x-goog-api-key", "gemini-key"),
 ]
 
 
@@ -137,77 +123,29 @@ async def test_an_azure_style_key_header_carries_the_raw_azure_key(
 
 # --------------------------------------------------------------------------- URLs
 
+GOOGLE = "https://generativelanguage.googleapis.com/v1beta"
+LOCAL = {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9/"}
 URLS = [
     # (api, environment, base_url, model, streamed, URL posted to)
     ("openai-chat", {}, None, "m", False, "https://api.openai.com/v1/chat/completions"),
-    (
-        "openai-chat",
-        {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"},
-        None,
-        "m",
-        False,
-        "http://127.0.0.1:8000/v1/chat/completions",
-    ),
+    ("openai-chat", {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}, None, "m", False,
+     "http://127.0.0.1:8000/v1/chat/completions"),
     ("openai-responses", {}, None, "m", True, "https://api.openai.com/v1/responses"),
     ("anthropic", {}, None, "m", False, "https://api.anthropic.com/v1/messages"),
     ("anthropic", {}, "http://127.0.0.1:8080", "m", False, "http://127.0.0.1:8080/v1/messages"),
     ("anthropic", {}, "http://127.0.0.1:8080/", "m", True, "http://127.0.0.1:8080/v1/messages"),
-    (
-        "anthropic",
-        {},
-        "https://proxy.example/anthropic/v1",
-        "m",
-        False,
-        "https://proxy.example/anthropic/v1/messages",
-    ),
-    (
-        "anthropic",
-        {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9/"},
-        None,
-        "m",
-        False,
-        "http://127.0.0.1:9/v1/messages",
-    ),
-    (
-        "anthropic",
-        {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9/"},
-        "http://127.0.0.1:7",
-        "m",
-        False,
-        "http://127.0.0.1:7/v1/messages",
-    ),
-    (
-        "gemini",
-        {},
-        None,
-        "gemini-2.5-flash",
-        False,
-        "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent",
-    ),
-    (
-        "gemini",
-        {},
-        "http://127.0.0.1:9/v1beta/",
-        "gemini-2.5-flash",
-        True,
-        "http://127.0.0.1:9/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
-    ),
-    (
-        "gemini",
-        {},
-        None,
-        "tunedModels/my-model-1",
-        False,
-        "https://generativelanguage.googleapis.com/v1beta/tunedModels/my-model-1:generateContent",
-    ),
-    (
-        "gemini",
-        {},
-        None,
-        "models/gemini-2.0-flash",
-        False,
-        "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:generateContent",
-    ),
+    ("anthropic", {}, "https://proxy.example/anthropic/v1", "m", False,
+     "https://proxy.example/anthropic/v1/messages"),
+    ("anthropic", LOCAL, None, "m", False, "http://127.0.0.1:9/v1/messages"),
+    ("anthropic", LOCAL, "http://127.0.0.1:7", "m", False, "http://127.0.0.1:7/v1/messages"),
+    ("gemini", {}, None, "gemini-2.5-flash", False,
+     f"{GOOGLE}/models/gemini-2.5-flash:generateContent"),
+    ("gemini", {}, "http://127.0.0.1:9/v1beta/", "gemini-2.5-flash", True,
+     "http://127.0.0.1:9/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"),
+    ("gemini", {}, None, "tunedModels/my-model-1", False,
+     f"{GOOGLE}/tunedModels/my-model-1:generateContent"),
+    ("gemini", {}, None, "models/gemini-2.0-flash", False,
+     f"{GOOGLE}/models/gemini-2.0-flash:generateContent"),
 ]
 
 
@@ -245,16 +183,9 @@ INVALID = [
     ("openai-responses", {"timeout": -1}, "timeout must be positive"),
     ("openai-responses", {"max_tokens": 0}, "max_tokens must be at least 1"),
     ("anthropic", {"model": ""}, "model name must not be empty"),
-    (
-        "anthropic",
-        {"thinking_budget": 1000},
-        r"thinking_budget must be at least 1024 and below max_tokens \(4096\), got 1000",
-    ),
-    (
-        "anthropic",
-        {"thinking_budget": 4096},
-        r"thinking_budget must be at least 1024 and below max_tokens \(4096\), got 4096",
-    ),
+    *[("anthropic", {"thinking_budget": n},
+       rf"thinking_budget must be at least 1024 and below max_tokens \(4096\), got {n}")
+      for n in (1000, 4096)],
     ("anthropic", {"max_tokens": 0}, "max_tokens must be at least 1, got 0"),
     ("anthropic", {"timeout": 0}, "timeout must be positive, got 0"),
     ("anthropic", {"output_mode": "json"}, "output_mode must be"),

@@ -9,15 +9,15 @@ from typing import Any
 import httpx
 import pytest
 
-from golem.errors import ResponseFormatError
 from golem.messages import Message, Part, ThinkingBlock, ToolCall, dumps_history, loads_history
 from golem.model import Delta, ModelRequest, ModelResponse, ThinkingDelta, ToolCallDelta, ToolSpec
-from golem.providers.gemini import build_request_body, parse_response
-from golem.providers.gemini._response import finish_reason
-from golem.providers.gemini._stream import parse_stream
-from golem.providers.gemini._wire import DUMMY_SIGNATURE, supports_json_output_with_tools
+from golem.providers.gemini import GeminiModel
 from golem.usage import Usage
+from tests.support.adapters import send
+from tests.support.events import gemini_answer
 from tests.support.gemini import model_with, sse_body
+
+DUMMY_SIGNATURE = base64.b64encode(b"skip_thought_signature_validator").decode()
 
 WEATHER = ToolSpec(
     "get_weather",
@@ -26,199 +26,109 @@ WEATHER = ToolSpec(
 )
 
 
+def build_request_body(request: ModelRequest, model: str = "m", **settings: Any) -> dict[str, Any]:
+    body: dict[str, Any] = GeminiModel(model, api_key="k", **settings).request_body(request)
+    return body
+
+
 def _body(messages: list[Message], **kw: Any) -> dict[str, Any]:
     return build_request_body(ModelRequest(messages=messages, **kw))
+
+
+async def parse_stream(chunks: list[dict[str, Any]]) -> tuple[list[Any], ModelResponse]:
+    items = await send("gemini", sse_body(chunks).decode(), stream=True)
+    final = items[-1]
+    assert isinstance(final, ModelResponse)
+    return items[:-1], final
 
 
 # --------------------------------------------------------------------------- request mapping
 
 
 def test_consecutive_tool_results_share_one_user_content() -> None:
+    calls = [ToolCall("gemini_r1_0", "get_weather", '{"city":"Paris"}', signature="c2ln"),
+             ToolCall("gemini_r1_1", "get_weather", '{"city":"Rome"}')]
     messages = [
         Message(role="user", content="weather in Paris and Rome?"),
-        Message(
-            role="assistant",
-            content="Checking both.",
-            tool_calls=[
-                ToolCall("gemini_r1_0", "get_weather", '{"city":"Paris"}', signature="c2ln"),
-                ToolCall("gemini_r1_1", "get_weather", '{"city":"Rome"}'),
-            ],
-        ),
+        Message(role="assistant", content="Checking both.", tool_calls=calls),
         Message(role="tool", content="sunny", tool_call_id="gemini_r1_0", tool_name="get_weather"),
-        Message(
-            role="tool",
-            content="city not found",
-            tool_call_id="gemini_r1_1",
-            tool_name="get_weather",
-            failed=True,
-        ),
+        Message(role="tool", content="city not found", tool_call_id="gemini_r1_1",
+                tool_name="get_weather", failed=True),
         Message(role="user", content="thanks"),
     ]
     body = _body(messages, tools=[WEATHER])
+
+    def response(key: str, value: str) -> dict[str, Any]:
+        return {"functionResponse": {"name": "get_weather", "response": {key: value}}}
+
     assert body["contents"] == [
         {"role": "user", "parts": [{"text": "weather in Paris and Rome?"}]},
-        {
-            "role": "model",
-            "parts": [
-                {"text": "Checking both."},
-                {
-                    "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
-                    "thoughtSignature": "c2ln",
-                },
-                # only the first call of a turn needs a signature
-                {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}},
-            ],
-        },
-        {
-            "role": "user",
-            "parts": [
-                {"functionResponse": {"name": "get_weather", "response": {"output": "sunny"}}},
-                {
-                    "functionResponse": {
-                        "name": "get_weather",
-                        "response": {"error": "city not found"},
-                    }
-                },
-            ],
-        },
+        {"role": "model", "parts": [
+            {"text": "Checking both."},
+            {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}, "thoughtSignature": "c2ln"},
+            # only the first call of a turn needs a signature
+            {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}},
+        ]},
+        {"role": "user", "parts": [response("output", "sunny"), response("error", "city not found")]},
         {"role": "user", "parts": [{"text": "thanks"}]},
     ]
-    assert body["tools"] == [
-        {
-            "functionDeclarations": [
-                {
-                    "name": "get_weather",
-                    "description": "Weather for a city.",
-                    "parametersJsonSchema": WEATHER.schema,
-                }
-            ]
-        }
-    ]
+    declaration = {"name": "get_weather", "description": "Weather for a city.",
+                   "parametersJsonSchema": WEATHER.schema}
+    assert body["tools"] == [{"functionDeclarations": [declaration]}]
 
 
 def test_tool_result_parts_follow_the_responses_labelled_when_several() -> None:
     png = b"\x89PNG\r\n"
     messages = [
-        Message(
-            role="assistant",
-            tool_calls=[ToolCall("c1", "shot", "{}"), ToolCall("c2", "scan", "{}")],
-        ),
-        Message(
-            role="tool",
-            content="ok",
-            parts=[Part("image", data=png, media_type="image/png")],
-            tool_call_id="c1",
-            tool_name="shot",
-        ),
-        Message(
-            role="tool",
-            content="ok",
-            parts=[Part("document", url="https://example.com/a.pdf")],
-            tool_call_id="c2",
-        ),
+        Message(role="assistant", tool_calls=[ToolCall("c1", "shot", "{}"), ToolCall("c2", "scan", "{}")]),
+        Message(role="tool", content="ok", parts=[Part("image", data=png, media_type="image/png")],
+                tool_call_id="c1", tool_name="shot"),
+        Message(role="tool", content="ok", parts=[Part("document", url="https://example.com/a.pdf")],
+                tool_call_id="c2"),
     ]
     contents = _body(messages)["contents"]
-    assert contents[1] == {
-        "role": "user",
-        "parts": [
-            {"functionResponse": {"name": "shot", "id": "c1", "response": {"output": "ok"}}},
-            # the name comes from the call when the tool message lacks it
-            {"functionResponse": {"name": "scan", "id": "c2", "response": {"output": "ok"}}},
-        ],
-    }
-    assert contents[2] == {
-        "role": "user",
-        "parts": [
-            {"text": 'Attachments of the "shot" result:'},
-            {"inlineData": {"mimeType": "image/png", "data": base64.b64encode(png).decode()}},
-            {"text": 'Attachments of the "scan" result:'},
-            {"fileData": {"fileUri": "https://example.com/a.pdf", "mimeType": "application/pdf"}},
-        ],
-    }
-
-
-@pytest.mark.parametrize(
-    ("raw", "sent"),
-    [
-        ('{"city": "Par', {"truncated_args": '{"city": "Par'}),
-        ("[1, 2]", {"truncated_args": "[1, 2]"}),
-        ("", {"truncated_args": ""}),
-        ('{"x": NaN}', {"truncated_args": '{"x": NaN}'}),
-        ('{"a": [1, {"b": null}]}', {"a": [1, {"b": None}]}),
-    ],
-)
-def test_arguments_that_are_not_an_object_are_wrapped(raw: str, sent: dict[str, Any]) -> None:
-    body = _body([Message(role="assistant", tool_calls=[ToolCall("x", "f", raw)])])
-    assert body["contents"][0]["parts"][0]["functionCall"]["args"] == sent
+    # the name comes from the call when the tool message lacks it
+    assert contents[1] == {"role": "user", "parts": [
+        {"functionResponse": {"name": n, "id": i, "response": {"output": "ok"}}}
+        for i, n in (("c1", "shot"), ("c2", "scan"))
+    ]}
+    assert contents[2] == {"role": "user", "parts": [
+        {"text": 'Attachments of the "shot" result:'},
+        {"inlineData": {"mimeType": "image/png", "data": base64.b64encode(png).decode()}},
+        {"text": 'Attachments of the "scan" result:'},
+        {"fileData": {"fileUri": "https://example.com/a.pdf", "mimeType": "application/pdf"}},
+    ]}
 
 
 def test_history_from_other_providers_is_sendable() -> None:
     """IDs, thinking blocks and signatures from Anthropic/OpenAI never reach Gemini as-is."""
+    toolu, thought = "toolu_01A09q90qw90lq917835lq9", "The user wants a deletion."
+    thinking = [ThinkingBlock(text=thought, signature="EqQBCkYIBxgCKkB"),
+                ThinkingBlock(redacted="EmwKAhgBEgy3va3pzix")]
     messages = [
         Message(role="system", content="Be brief."),
         Message(role="user", content="Delete /tmp/a"),
-        Message(
-            role="assistant",
-            content="Deleting.",
-            thinking=[
-                ThinkingBlock(text="The user wants a deletion.", signature="EqQBCkYIBxgCKkB"),
-                ThinkingBlock(redacted="EmwKAhgBEgy3va3pzix"),
-            ],
-            tool_calls=[
-                ToolCall("toolu_01A09q90qw90lq917835lq9", "delete_file", '{"path":"/tmp/a"}')
-            ],
-        ),
-        Message(
-            role="tool",
-            content="deleted",
-            tool_call_id="toolu_01A09q90qw90lq917835lq9",
-            tool_name="delete_file",
-        ),
+        Message(role="assistant", content="Deleting.", thinking=thinking,
+                tool_calls=[ToolCall(toolu, "delete_file", '{"path":"/tmp/a"}')]),
+        Message(role="tool", content="deleted", tool_call_id=toolu, tool_name="delete_file"),
         Message(role="system", content="Answer in French."),
-        Message(
-            role="assistant",
-            content="Supprimé.",
-            tool_calls=[ToolCall("call_abc123", "delete_file", '{"path":"/tmp/b"}')],
-        ),
-        Message(
-            role="tool", content="deleted", tool_call_id="call_abc123", tool_name="delete_file"
-        ),
+        Message(role="assistant", content="Supprimé.",
+                tool_calls=[ToolCall("call_abc123", "delete_file", '{"path":"/tmp/b"}')]),
+        Message(role="tool", content="deleted", tool_call_id="call_abc123", tool_name="delete_file"),
     ]
     body = _body(loads_history(dumps_history(messages)))
     assert body["systemInstruction"] == {
-        "role": "user",
-        "parts": [{"text": "Be brief."}, {"text": "Answer in French."}],
+        "role": "user", "parts": [{"text": "Be brief."}, {"text": "Answer in French."}]
     }
-    first_turn = body["contents"][1]["parts"]
-    assert first_turn == [
-        {"text": "The user wants a deletion.", "thought": True},  # no foreign signature
+    call = {"name": "delete_file", "args": {"path": "/tmp/a"}, "id": toolu}
+    assert body["contents"][1]["parts"] == [
+        {"text": thought, "thought": True},  # no foreign signature
         {"text": "Deleting."},
-        {
-            "functionCall": {
-                "name": "delete_file",
-                "args": {"path": "/tmp/a"},
-                "id": "toolu_01A09q90qw90lq917835lq9",
-            },
-            "thoughtSignature": DUMMY_SIGNATURE,
-        },
+        {"functionCall": call, "thoughtSignature": DUMMY_SIGNATURE},
     ]
-    assert body["contents"][2]["parts"][0]["functionResponse"]["id"] == (
-        "toolu_01A09q90qw90lq917835lq9"
-    )
+    assert body["contents"][2]["parts"][0]["functionResponse"]["id"] == toolu
     assert body["contents"][4]["parts"][0]["functionResponse"]["id"] == "call_abc123"
     json.dumps(body)  # plain JSON all the way down
-
-
-def test_empty_messages_are_left_out() -> None:
-    body = _body(
-        [
-            Message(role="user", content="hi"),
-            Message(role="assistant"),
-            Message(role="user"),
-            Message(role="system"),
-        ]
-    )
-    assert body == {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
 
 
 def test_signature_only_text_block_is_sent_as_gemini_sent_it() -> None:
@@ -235,48 +145,17 @@ def test_signature_only_text_block_is_sent_as_gemini_sent_it() -> None:
 
 def test_user_parts_inline_url_and_data_url() -> None:
     b64 = base64.b64encode(b"abc").decode()
-    msg = Message(
-        role="user",
-        content="look",
-        parts=[
-            Part("image", url="https://example.com/cat.jpg"),
-            Part("image", url=f"data:image/png;base64,{b64}"),
-            Part("audio", data=b"abc", media_type="audio/wav"),
-            Part("video", url="https://www.youtube.com/watch?v=9hE5-98ZeCg"),
-        ],
-    )
-    assert _body([msg])["contents"][0]["parts"] == [
+    youtube = "https://www.youtube.com/watch?v=9hE5-98ZeCg"
+    parts = [Part("image", url="https://example.com/cat.jpg"),
+             Part("image", url=f"data:image/png;base64,{b64}"),
+             Part("audio", data=b"abc", media_type="audio/wav"), Part("video", url=youtube)]
+    assert _body([Message(role="user", content="look", parts=parts)])["contents"][0]["parts"] == [
         {"text": "look"},
         {"fileData": {"fileUri": "https://example.com/cat.jpg", "mimeType": "image/jpeg"}},
         {"inlineData": {"mimeType": "image/png", "data": b64}},
         {"inlineData": {"mimeType": "audio/wav", "data": b64}},
-        {"fileData": {"fileUri": "https://www.youtube.com/watch?v=9hE5-98ZeCg"}},
+        {"fileData": {"fileUri": youtube}},
     ]
-
-
-def test_structured_output_with_tools_depends_on_the_model() -> None:
-    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
-    req = ModelRequest(
-        messages=[Message(role="system", content="Count."), Message(role="user", content="3")],
-        tools=[WEATHER],
-        output_schema=schema,
-    )
-    older = build_request_body(req, json_output_with_tools=False)
-    assert "responseJsonSchema" not in older.get("generationConfig", {})
-    assert older["systemInstruction"]["parts"] == [
-        {"text": "Count."},
-        {
-            "text": "Answer with a single JSON value that matches the JSON schema below, "
-            "with no other text and no code fences.\nJSON schema: "
-            '{"properties":{"n":{"type":"integer"}},"type":"object"}'
-        },
-    ]
-    newer = build_request_body(req, json_output_with_tools=True)
-    assert newer["generationConfig"] == {
-        "responseMimeType": "application/json",
-        "responseJsonSchema": schema,
-    }
-    assert newer["systemInstruction"]["parts"] == [{"text": "Count."}]
 
 
 @pytest.mark.parametrize(
@@ -290,8 +169,30 @@ def test_structured_output_with_tools_depends_on_the_model() -> None:
         ("tunedModels/abc", False),
     ],
 )
-def test_json_output_with_tools_support(model: str, supported: bool) -> None:
-    assert supports_json_output_with_tools(model) is supported
+def test_structured_output_with_tools_depends_on_the_model(model: str, supported: bool) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    req = ModelRequest(
+        messages=[Message(role="system", content="Count."), Message(role="user", content="3")],
+        tools=[WEATHER],
+        output_schema=schema,
+    )
+    body = build_request_body(req, model)
+    if supported:
+        assert body["generationConfig"] == {
+            "responseMimeType": "application/json",
+            "responseJsonSchema": schema,
+        }
+        assert body["systemInstruction"]["parts"] == [{"text": "Count."}]
+    else:
+        assert "responseJsonSchema" not in body.get("generationConfig", {})
+        assert body["systemInstruction"]["parts"] == [
+            {"text": "Count."},
+            {
+                "text": "Answer with a single JSON value that matches the JSON schema below, "
+                "with no other text and no code fences.\nJSON schema: "
+                '{"properties":{"n":{"type":"integer"}},"type":"object"}'
+            },
+        ]
 
 
 def test_extra_body_merges_recursively() -> None:
@@ -335,34 +236,36 @@ def test_extra_body_merges_recursively() -> None:
         ("BLOCKLIST", False, "content_filter"),
         ("PROHIBITED_CONTENT", False, "content_filter"),
         ("SPII", False, "content_filter"),
-        ("MALFORMED_FUNCTION_CALL", False, "other"),
+        ("MALFORMED_FUNCTION_CALL", True, "other"),  # a call came through: kept
         ("OTHER", False, "other"),
         ("FINISH_REASON_UNSPECIFIED", False, "other"),
         ("", False, ""),
     ],
 )
-def test_finish_reasons(raw: str, calls: bool, expected: str) -> None:
-    assert finish_reason(raw, calls) == expected
+async def test_finish_reasons(raw: str, calls: bool, expected: str) -> None:
+    part = {"functionCall": {"name": "f", "args": {}}} if calls else {"text": "x"}
+    candidate = {"content": {"role": "model", "parts": [part]}, "finishReason": raw}
+    assert (await gemini_answer({"candidates": [candidate]})).finish_reason == expected
 
 
-def test_blocked_prompt_is_a_content_filter_with_an_empty_message() -> None:
+async def test_blocked_prompt_is_a_content_filter_with_an_empty_message() -> None:
     body = {
         "promptFeedback": {"blockReason": "SAFETY", "safetyRatings": []},
         "usageMetadata": {"promptTokenCount": 7, "totalTokenCount": 7},
         "modelVersion": "gemini-2.5-flash",
     }
-    assert parse_response(body) == ModelResponse(
+    assert await gemini_answer(body) == ModelResponse(
         message=Message(role="assistant"),
         usage=Usage(input_tokens=7),
         finish_reason="content_filter",
         model_name="gemini-2.5-flash",
     )
-    deltas, final = parse_stream([("", json.dumps(body))])
+    deltas, final = await parse_stream([body])
     assert deltas == []
-    assert final == parse_response(body)
+    assert final == await gemini_answer(body)
 
 
-def test_function_call_id_from_the_api_is_kept() -> None:
+async def test_function_call_id_from_the_api_is_kept() -> None:
     body = {
         "candidates": [
             {
@@ -374,13 +277,13 @@ def test_function_call_id_from_the_api_is_kept() -> None:
             }
         ]
     }
-    call = parse_response(body).message.tool_calls[0]
-    assert call == ToolCall(id="fc-7", name="f", args='{"x":1.5}')
-    sent = _body([parse_response(body).message])["contents"][0]["parts"][0]["functionCall"]
+    message = (await gemini_answer(body)).message
+    assert message.tool_calls[0] == ToolCall(id="fc-7", name="f", args='{"x":1.5}')
+    sent = _body([message])["contents"][0]["parts"][0]["functionCall"]
     assert sent == {"name": "f", "args": {"x": 1.5}, "id": "fc-7"}
 
 
-def test_parsing_tolerates_odd_shapes() -> None:
+async def test_parsing_tolerates_odd_shapes() -> None:
     body = {
         "candidates": [
             {
@@ -398,140 +301,62 @@ def test_parsing_tolerates_odd_shapes() -> None:
         ],
         "usageMetadata": {"promptTokenCount": "3", "candidatesTokenCount": True},
     }
-    r = parse_response(body)
+    r = await gemini_answer(body)
     assert r.message.tool_calls[0].args == "{}"
     assert r.usage == Usage(input_tokens=3)  # a count written as digits is read (ADR 0060)
     assert r.message.parts[0].data == b"\x00"  # media an answer carries are kept
     assert r.finish_reason == "tool_call"
-    with pytest.raises(ResponseFormatError, match="no candidate"):
-        parse_response({})  # an empty answer would pass for a real one (test_stops.py)
 
 
 # --------------------------------------------------------------------------- streaming
 
+def _chunk(*parts: dict[str, Any], usage: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": list(parts)}}
+    if extra.pop("stop", False):
+        candidate["finishReason"] = "STOP"
+    return {"candidates": [candidate], "usageMetadata": usage, "responseId": "resp-A", **extra}
+
+
 STREAM = [
-    {
-        "candidates": [
-            {"content": {"role": "model", "parts": [{"text": "Plan: ", "thought": True}]}}
-        ],
-        "usageMetadata": {"promptTokenCount": 10, "thoughtsTokenCount": 4},
-        "modelVersion": "gemini-2.5-pro",
-        "responseId": "resp-A",
-    },
-    {
-        "candidates": [
-            {"content": {"role": "model", "parts": [{"text": "check weather.", "thought": True}]}}
-        ],
-        "usageMetadata": {"promptTokenCount": 10, "thoughtsTokenCount": 9},
-        "responseId": "resp-A",
-    },
-    {
-        "candidates": [
-            {
-                "content": {
-                    "role": "model",
-                    "parts": [
-                        {"text": "Let me ", "thoughtSignature": "dGV4dA=="},
-                        {"text": "check."},
-                    ],
-                }
-            }
-        ],
-        "usageMetadata": {
-            "promptTokenCount": 10,
-            "candidatesTokenCount": 3,
-            "thoughtsTokenCount": 9,
-        },
-        "responseId": "resp-A",
-    },
-    {
-        "candidates": [
-            {
-                "content": {
-                    "role": "model",
-                    "parts": [
-                        {
-                            "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
-                            "thoughtSignature": "Y2FsbA==",
-                        },
-                        {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}},
-                    ],
-                },
-                "finishReason": "STOP",
-            }
-        ],
-        "usageMetadata": {
-            "promptTokenCount": 10,
-            "candidatesTokenCount": 20,
-            "thoughtsTokenCount": 9,
-            "cachedContentTokenCount": 4,
-        },
-        "responseId": "resp-A",
-    },
+    _chunk({"text": "Plan: ", "thought": True}, usage={"promptTokenCount": 10, "thoughtsTokenCount": 4},
+           modelVersion="gemini-2.5-pro"),
+    _chunk({"text": "check weather.", "thought": True},
+           usage={"promptTokenCount": 10, "thoughtsTokenCount": 9}),
+    _chunk({"text": "Let me ", "thoughtSignature": "dGV4dA=="}, {"text": "check."},
+           usage={"promptTokenCount": 10, "candidatesTokenCount": 3, "thoughtsTokenCount": 9}),
+    _chunk({"functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+            "thoughtSignature": "Y2FsbA=="},
+           {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}},
+           usage={"promptTokenCount": 10, "candidatesTokenCount": 20, "thoughtsTokenCount": 9,
+                  "cachedContentTokenCount": 4}, stop=True),
 ]
 
 
-def test_stream_deltas_arrive_in_order() -> None:
-    deltas, final = parse_stream(("", json.dumps(c)) for c in STREAM)
+async def test_stream_deltas_arrive_in_order() -> None:
+    deltas, final = await parse_stream(STREAM)
     assert deltas == [
         Delta(thinking=[ThinkingDelta(index=0, text="Plan: ")]),
         Delta(thinking=[ThinkingDelta(index=0, text="check weather.")]),
         Delta(content="Let me ", thinking=[ThinkingDelta(index=1, signature="dGV4dA==")]),
         Delta(content="check."),
-        Delta(
-            tool_calls=[
-                ToolCallDelta(
-                    index=0,
-                    id="gemini_resp-A_0",
-                    name="get_weather",
-                    args_fragment='{"city":"Paris"}',
-                    signature="Y2FsbA==",
-                )
-            ]
-        ),
-        Delta(
-            tool_calls=[
-                ToolCallDelta(
-                    index=1,
-                    id="gemini_resp-A_1",
-                    name="get_weather",
-                    args_fragment='{"city":"Rome"}',
-                )
-            ]
-        ),
+        Delta(tool_calls=[ToolCallDelta(index=0, id="gemini_resp-A_0", name="get_weather",
+                                        args_fragment='{"city":"Paris"}', signature="Y2FsbA==")]),
+        Delta(tool_calls=[ToolCallDelta(index=1, id="gemini_resp-A_1", name="get_weather",
+                                        args_fragment='{"city":"Rome"}')]),
     ]
+    calls = [ToolCall("gemini_resp-A_0", "get_weather", '{"city":"Paris"}', "Y2FsbA=="),
+             ToolCall("gemini_resp-A_1", "get_weather", '{"city":"Rome"}')]
+    thinking = [ThinkingBlock(text="Plan: check weather."), ThinkingBlock(signature="dGV4dA==")]
     assert final == ModelResponse(
-        message=Message(
-            role="assistant",
-            content="Let me check.",
-            thinking=[
-                ThinkingBlock(text="Plan: check weather."),
-                ThinkingBlock(signature="dGV4dA=="),
-            ],
-            tool_calls=[
-                ToolCall("gemini_resp-A_0", "get_weather", '{"city":"Paris"}', "Y2FsbA=="),
-                ToolCall("gemini_resp-A_1", "get_weather", '{"city":"Rome"}'),
-            ],
-        ),
+        message=Message(role="assistant", content="Let me check.", thinking=thinking, tool_calls=calls),
         usage=Usage(input_tokens=10, output_tokens=29, cache_read_tokens=4, reasoning_tokens=9),
         finish_reason="tool_call",
         model_name="gemini-2.5-pro",
     )
-    merged = {
-        "candidates": [
-            {
-                "content": {
-                    "role": "model",
-                    "parts": [p for c in STREAM for p in c["candidates"][0]["content"]["parts"]],
-                },
-                "finishReason": "STOP",
-            }
-        ],
-        "usageMetadata": STREAM[-1]["usageMetadata"],
-        "modelVersion": "gemini-2.5-pro",
-        "responseId": "resp-A",
-    }
-    assert parse_response(merged) == final
+    parts = [p for c in STREAM for p in c["candidates"][0]["content"]["parts"]]
+    merged = {**_chunk(*parts, usage=STREAM[-1]["usageMetadata"], stop=True),
+              "modelVersion": "gemini-2.5-pro"}
+    assert await gemini_answer(merged) == final
 
 
 async def test_stream_over_http_matches_the_parser_and_sends_the_same_body() -> None:
@@ -550,7 +375,7 @@ async def test_stream_over_http_matches_the_parser_and_sends_the_same_body() -> 
     items = [x async for x in model.generate_stream(req)]
     await model.generate(req)
     await client.aclose()
-    deltas, final = parse_stream(("", json.dumps(c)) for c in STREAM)
+    deltas, final = await parse_stream(STREAM)
     assert items == [*deltas, final]
     assert json.loads(seen[0].content) == json.loads(seen[1].content) == model.request_body(req)
 
@@ -562,4 +387,4 @@ async def test_stream_answered_with_a_json_array() -> None:
     model, client = model_with(handler)
     items = [x async for x in model.generate_stream(ModelRequest(messages=[]))]
     await client.aclose()
-    assert items[-1] == parse_stream(("", json.dumps(c)) for c in STREAM)[1]
+    assert items[-1] == (await parse_stream(STREAM))[1]

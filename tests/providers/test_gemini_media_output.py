@@ -23,11 +23,8 @@ from golem.errors import ResponseFormatError
 from golem.history import validate_history
 from golem.messages import Message, Part, ToolCall, dumps_history, loads_history
 from golem.model import ModelRequest, ModelResponse
-from golem.providers.anthropic import build_request_body as anthropic_body
-from golem.providers.gemini import build_request_body as gemini_body
-from golem.providers.gemini import parse_response
 from golem.testing import ScriptedModel
-from tests.support.adapters import body_of, final, send
+from tests.support.adapters import body_of, final, parsed, send
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR fake image bytes \xff\x00"
 WAV = b"RIFF\x24\x00\x00\x00WAVEfmt "
@@ -37,31 +34,19 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _candidate(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"candidates": [{"content": {"parts": list(parts)}, "finishReason": "STOP"}]}
+
+
+VIDEO = "https://generativelanguage.googleapis.com/v1beta/files/v1"
 IMAGE_ANSWER: dict[str, Any] = {
-    "candidates": [
-        {
-            "content": {
-                "role": "model",
-                "parts": [
-                    {"text": "Here is the cat:", "thoughtSignature": "sig-text"},
-                    {
-                        "inlineData": {"mimeType": "image/png", "data": _b64(PNG)},
-                        "thoughtSignature": "sig-image",
-                    },
-                    {"text": "And its purr."},
-                    {"inlineData": {"mimeType": "audio/wav", "data": _b64(WAV)}},
-                    {
-                        "fileData": {
-                            "mimeType": "video/mp4",
-                            "fileUri": "https://generativelanguage.googleapis.com/v1beta/files/v1",
-                        }
-                    },
-                ],
-            },
-            "finishReason": "STOP",
-            "index": 0,
-        }
-    ],
+    **_candidate(
+        {"text": "Here is the cat:", "thoughtSignature": "sig-text"},
+        {"inlineData": {"mimeType": "image/png", "data": _b64(PNG)}, "thoughtSignature": "sig-image"},
+        {"text": "And its purr."},
+        {"inlineData": {"mimeType": "audio/wav", "data": _b64(WAV)}},
+        {"fileData": {"mimeType": "video/mp4", "fileUri": VIDEO}},
+    ),
     "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 1290},
     "modelVersion": "gemini-3-pro-image-preview",
 }
@@ -89,26 +74,14 @@ async def test_generated_media_are_kept_as_parts_of_the_answer(stream: bool) -> 
     assert m.parts == [
         Part("image", data=PNG, media_type="image/png", signature="sig-image"),
         Part("audio", data=WAV, media_type="audio/wav"),
-        Part(
-            "video",
-            url="https://generativelanguage.googleapis.com/v1beta/files/v1",
-            media_type="video/mp4",
-        ),
+        Part("video", url=VIDEO, media_type="video/mp4"),
     ]
     assert all(p.problem() is None for p in m.parts)
     assert response.finish_reason == "stop"
 
 
 async def test_an_image_only_answer_is_not_empty() -> None:
-    body = {
-        "candidates": [
-            {
-                "content": {"parts": [{"inlineData": {"mimeType": "image/jpeg", "data": "AAEC"}}]},
-                "finishReason": "STOP",
-            }
-        ]
-    }
-    m = (await _answer(body, stream=False)).message
+    m = (await _answer(_candidate({"inlineData": {"mimeType": "image/jpeg", "data": "AAEC"}}), stream=False)).message
     assert m.content == ""
     assert m.parts == [Part("image", data=b"\x00\x01\x02", media_type="image/jpeg")]
 
@@ -120,7 +93,7 @@ async def test_the_kind_follows_the_mime_type(mime: str, kind: str) -> None:
     media: dict[str, Any] = {"data": "AAEC"}
     if mime:
         media["mimeType"] = mime
-    body = {"candidates": [{"content": {"parts": [{"inlineData": media}]}, "finishReason": "STOP"}]}
+    body = _candidate({"inlineData": media})
     (part,) = (await _answer(body, stream=False)).message.parts
     assert part.kind == kind
     assert part.media_type == (mime or "application/octet-stream")
@@ -131,46 +104,23 @@ async def test_url_safe_and_wrapped_base64_is_read() -> None:
     data = bytes(range(256))
     text = base64.urlsafe_b64encode(data).decode().rstrip("=")
     wrapped = "\n".join(text[i : i + 76] for i in range(0, len(text), 76))
-    body = {
-        "candidates": [
-            {
-                "content": {"parts": [{"inlineData": {"mimeType": "image/png", "data": wrapped}}]},
-                "finishReason": "STOP",
-            }
-        ]
-    }
+    body = _candidate({"inlineData": {"mimeType": "image/png", "data": wrapped}})
     (part,) = (await _answer(body, stream=False)).message.parts
     assert part.data == data
 
 
 @pytest.mark.parametrize("data", ["not base64 at all!", 12345, {"x": 1}])
 async def test_media_data_that_is_not_base64_is_a_named_error(data: Any) -> None:
-    body = {
-        "candidates": [
-            {
-                "content": {"parts": [{"inlineData": {"mimeType": "image/png", "data": data}}]},
-                "finishReason": "STOP",
-            }
-        ]
-    }
+    body = _candidate({"inlineData": {"mimeType": "image/png", "data": data}})
     with pytest.raises(ResponseFormatError, match=r"image data .* not base64"):
         await _answer(body, stream=False)
 
 
 async def test_thought_images_are_interim_drafts_and_not_kept() -> None:
-    body = {
-        "candidates": [
-            {
-                "content": {
-                    "parts": [
-                        {"inlineData": {"mimeType": "image/png", "data": "AAAA"}, "thought": True},
-                        {"inlineData": {"mimeType": "image/png", "data": "AAEC"}},
-                    ]
-                },
-                "finishReason": "STOP",
-            }
-        ]
-    }
+    body = _candidate(
+        {"inlineData": {"mimeType": "image/png", "data": "AAAA"}, "thought": True},
+        {"inlineData": {"mimeType": "image/png", "data": "AAEC"}},
+    )
     (part,) = (await _answer(body, stream=False)).message.parts
     assert part.data == b"\x00\x01\x02"
 
@@ -188,7 +138,7 @@ async def test_generated_media_survive_the_history_json() -> None:
 async def test_generated_media_go_back_to_gemini_in_the_model_content() -> None:
     m = (await _answer(IMAGE_ANSWER, stream=False)).message
     history = [Message("user", "draw a cat"), *loads_history(dumps_history([m]))]
-    body = gemini_body(ModelRequest([*history, Message("user", "make it blue")]))
+    body = body_of("gemini", ModelRequest([*history, Message("user", "make it blue")]))
     model = body["contents"][1]
     assert model["role"] == "model"
     assert model["parts"] == [
@@ -266,7 +216,7 @@ def test_openai_responses_gets_the_media_after_the_call_outputs() -> None:
 
 
 def test_anthropic_gets_the_media_after_the_tool_results_in_the_same_user_turn() -> None:
-    body = anthropic_body(ModelRequest(_TURN), model="claude-x")
+    body = body_of("anthropic", ModelRequest(_TURN), "claude-x")
     turns = body["messages"]
     assert [t["role"] for t in turns] == ["user", "assistant", "user"]
     assert all(b["type"] in ("text", "tool_use") for b in turns[1]["content"])
@@ -293,10 +243,10 @@ def test_any_generated_media_survive_the_answer_the_history_and_the_next_request
     if signature:
         part["thoughtSignature"] = signature
     body = {"candidates": [{"content": {"parts": [part]}, "finishReason": "STOP"}]}
-    m = parse_response(body).message
+    m = parsed("gemini", body).message
     (kept,) = m.parts
     assert (kept.data, kept.media_type, kept.signature) == (data, mime, signature)
     back = loads_history(dumps_history([m]))
     assert back == [m]
-    sent = gemini_body(ModelRequest([Message("user", "q"), *back, Message("user", "again")]))
+    sent = body_of("gemini", ModelRequest([Message("user", "q"), *back, Message("user", "again")]))
     assert sent["contents"][1]["parts"] == [part]

@@ -11,13 +11,10 @@ import pytest
 
 from golem import Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message
-from golem.model import ModelRequest, ModelResponse, ToolSpec
+from golem.model import ModelRequest, ModelResponse
 from golem.providers.gemini import GeminiModel
-from golem.providers.gemini._response import parse_response
-from golem.providers.gemini._stream import parse_stream, sse_events
-from golem.providers.gemini._wire import build_request_body
 from tests.support import recordings as _recordings
-from tests.support.adapters import body_of
+from tests.support.adapters import body_of, parsed, streamed
 from tests.support.recordings import load, replay_transport
 
 recorded = pytest.mark.skipif(not _recordings.available(), reason="recordings not present")
@@ -28,43 +25,24 @@ RESULT = {"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": "4\n"}}
 GROUNDING: dict[str, Any] = {
     "webSearchQueries": ["golem clay"],
     "groundingChunks": [{"web": {"uri": "https://example.com/g", "title": "Golem"}}],
-    "groundingSupports": [
-        {
-            "segment": {"startIndex": 9, "endIndex": 26, "text": "Ein Golem ist Ton"},
-            "groundingChunkIndices": [0],
-        }
-    ],
+    "groundingSupports": [{"segment": {"startIndex": 9, "endIndex": 26, "text": "Ein Golem ist Ton"},
+                           "groundingChunkIndices": [0]}],
 }
 
 
 def _body(parts: list[dict[str, Any]], **candidate: Any) -> dict[str, Any]:
-    return {
-        "candidates": [
-            {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", **candidate}
-        ],
-        "modelVersion": "gemini-2.5-flash",
-    }
+    candidate = {"content": {"role": "model", "parts": parts}, "finishReason": "STOP", **candidate}
+    return {"candidates": [candidate], "modelVersion": "gemini-2.5-flash"}
 
 
 def test_code_execution_parts_are_blocks_and_text_runs_stay_apart() -> None:
     body = _body([{"text": "Let me compute."}, CODE, RESULT, {"text": "It is 4."}])
-    message = parse_response(body).message
+    message = parsed("gemini", body).message
     assert message.content == "Let me compute.\n\nIt is 4."
     assert message.server_tools == [
-        ServerToolBlock(
-            provider="gemini",
-            type="executableCode",
-            name="code_execution",
-            raw=_dump(CODE),
-            at=len("Let me compute."),
-        ),
-        ServerToolBlock(
-            provider="gemini",
-            type="codeExecutionResult",
-            name="code_execution",
-            raw=_dump(RESULT),
-            at=len("Let me compute."),
-        ),
+        ServerToolBlock(provider="gemini", type=next(iter(part)), name="code_execution",
+                        raw=_dump(part), at=len("Let me compute."))
+        for part in (CODE, RESULT)
     ]
     assert message.server_tools[1].data()["codeExecutionResult"]["output"] == "4\n"
 
@@ -75,9 +53,9 @@ def test_a_stream_gives_the_same_message_and_its_deltas_the_same_text() -> None:
     for chunk in chunks[:-1]:
         del chunk["candidates"][0]["finishReason"]
     text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks)
-    deltas, streamed = parse_stream(sse_events(text.splitlines()))
-    assert streamed.message == parse_response(body).message
-    assert "".join(d.content for d in deltas) == streamed.message.content
+    deltas, response = _split(streamed("gemini", text))
+    assert response.message == parsed("gemini", body).message
+    assert "".join(d.content for d in deltas) == response.message.content
 
 
 def test_the_parts_go_back_where_they_sat_and_metadata_stays_home() -> None:
@@ -85,14 +63,14 @@ def test_the_parts_go_back_where_they_sat_and_metadata_stays_home() -> None:
         [{"text": "Let me compute."}, CODE, RESULT, {"text": "It is 4."}],
         groundingMetadata=GROUNDING,
     )
-    message = parse_response(body).message
+    message = parsed("gemini", body).message
     assert [b.type for b in message.server_tools] == [
         "executableCode",
         "codeExecutionResult",
         "groundingMetadata",
     ]
     request = ModelRequest(messages=[Message(role="user", content="2+2?"), message])
-    assert build_request_body(request)["contents"][1] == {
+    assert body_of("gemini", request)["contents"][1] == {
         "role": "model",
         "parts": [{"text": "Let me compute."}, CODE, RESULT, {"text": "It is 4."}],
     }
@@ -101,7 +79,7 @@ def test_the_parts_go_back_where_they_sat_and_metadata_stays_home() -> None:
 def test_grounding_supports_become_citations_with_str_indexes() -> None:
     content = "Über 1: Ein Golem ist Ton."  # "Ü" is two bytes: byte 9 is str index 8
     body = _body([{"text": content}], groundingMetadata=GROUNDING)
-    message = parse_response(body).message
+    message = parsed("gemini", body).message
     start = content.index("Ein Golem ist Ton")
     assert message.citations == [
         Citation(
@@ -125,10 +103,10 @@ def test_grounding_supports_become_citations_with_str_indexes() -> None:
 
 def test_a_saved_history_sends_the_same_body_and_other_providers_get_only_text() -> None:
     body = _body([{"text": "Let me compute."}, CODE, RESULT, {"text": "It is 4."}])
-    history = [Message(role="user", content="2+2?"), parse_response(body).message]
+    history = [Message(role="user", content="2+2?"), parsed("gemini", body).message]
     loaded = loads_history(dumps_history(history))
     assert loaded == history
-    assert build_request_body(ModelRequest(messages=loaded)) == build_request_body(
+    assert body_of("gemini", ModelRequest(messages=loaded)) == body_of("gemini",
         ModelRequest(messages=history)
     )
     request = ModelRequest(messages=loaded)
@@ -141,26 +119,10 @@ def test_a_saved_history_sends_the_same_body_and_other_providers_get_only_text()
         assert "Let me compute.\\n\\nIt is 4." in text
 
 
-def test_blocks_of_other_providers_are_not_sent() -> None:
-    foreign = ServerToolBlock(
-        provider="openai-responses", type="web_search_call", raw='{"type":"web_search_call"}'
-    )
-    request = ModelRequest(
-        messages=[
-            Message(role="user", content="q"),
-            Message(role="assistant", content="Sunny.", server_tools=[foreign]),
-        ]
-    )
-    assert build_request_body(request)["contents"][1] == {
-        "role": "model",
-        "parts": [{"text": "Sunny."}],
-    }
-
-
 @recorded
 def test_recorded_web_search_grounding_counts_bytes() -> None:
     it = load("gemini", "test_google_native_tool_only_web_search_completes.yaml")[0]
-    message = parse_response(it.json).message
+    message = parsed("gemini", it.json).message
     assert [c.title for c in message.citations] == [
         "Current time information in San Francisco, CA, US.",
         "Weather information for San Francisco, CA, US",
@@ -178,7 +140,7 @@ def test_recorded_web_search_grounding_counts_bytes() -> None:
 @recorded
 def test_recorded_file_search_stream_keeps_the_code_and_the_passages() -> None:
     it = load("gemini", "test_google_model_file_search_tool_stream.yaml")[3]
-    _deltas, response = parse_stream(sse_events(it.body.splitlines()))
+    _deltas, response = _split(streamed("gemini", it.body))
     message = response.message
     assert [(b.type, b.name, b.at) for b in message.server_tools] == [
         ("executableCode", "code_execution", 0),
@@ -244,16 +206,5 @@ async def test_recorded_gemini_3_server_tool_parts_go_back_on_the_next_turn() ->
     assert [sent[0], sent[2]] == [expected[0], expected[2]]
 
 
-def test_builtin_tools_in_extra_body_join_the_function_declarations() -> None:
-    request = ModelRequest(
-        messages=[Message(role="user", content="hi")],
-        tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
-    )
-    body = build_request_body(request, extra_body={"tools": [{"googleSearch": {}}]})
-    assert [next(iter(t)) for t in body["tools"]] == ["functionDeclarations", "googleSearch"]
-    alone = build_request_body(
-        ModelRequest(messages=[Message(role="user", content="hi")]),
-        extra_body={"tools": [{"codeExecution": {}}], "generationConfig": {"seed": 7}},
-    )
-    assert alone["tools"] == [{"codeExecution": {}}]
-    assert alone["generationConfig"]["seed"] == 7
+def _split(items: list[Any]) -> tuple[list[Any], Any]:
+    return items[:-1], items[-1]

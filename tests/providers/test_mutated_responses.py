@@ -19,12 +19,9 @@ from hypothesis import strategies as st
 
 from golem.errors import GolemError
 from golem.model import Delta, ThinkingDelta
-from golem.providers.anthropic import StreamParser
-from golem.providers.openai._responses_stream import ResponsesStreamParser
-from golem.providers.openai._responses_wire import parse_responses_response
-from golem.providers.openai._stream import ChatStreamParser
 from tests._json_paths import json_paths
-from tests.support.adapters import send
+from tests.support.adapters import DONE, parsed, send, streamed
+from tests.support.events import sse
 from tests.support.recordings import APIS, Interaction, all_interactions, available
 
 _VALUES = st.one_of(
@@ -126,34 +123,36 @@ async def test_a_damaged_recorded_answer_fails_only_with_golem_errors(
 # ------------------------------------------------------------------ the cases it found
 
 
-def _block(parser: StreamParser, kind: str) -> None:
-    start = {"type": "content_block_start", "index": 0, "content_block": {"type": kind}}
-    parser.feed("content_block_start", json.dumps(start))
-
-
-def _delta(parser: StreamParser, delta: dict[str, Any]) -> Delta | None:
-    event = {"type": "content_block_delta", "index": 0, "delta": delta}
-    return parser.feed("content_block_delta", json.dumps(event))
+def _anthropic(kind: str, *deltas: dict[str, Any]) -> list[Any]:
+    """The deltas of an Anthropic stream of one `kind` block receiving `deltas`."""
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {"model": "m", "usage": {"input_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": kind}},
+        *({"type": "content_block_delta", "index": 0, "delta": d} for d in deltas),
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}},
+        {"type": "message_stop"},
+    ]
+    return streamed("anthropic", sse(events, named=True))[:-1]
 
 
 def test_a_thinking_delta_for_a_text_block_is_ignored() -> None:
-    parser = StreamParser()
-    _block(parser, "text")
-    assert _delta(parser, {"type": "thinking_delta", "thinking": "x"}) is None
-    assert _delta(parser, {"type": "signature_delta", "signature": "s"}) is None
-    assert _delta(parser, {"type": "text_delta", "text": "hi"}) == Delta(content="hi")
+    thinking = {"type": "thinking_delta", "thinking": "x"}
+    signature = {"type": "signature_delta", "signature": "s"}
+    text = {"type": "text_delta", "text": "hi"}
+    assert _anthropic("text", thinking, signature, text) == [Delta(content="hi")]
 
 
 def test_a_thinking_delta_still_reaches_its_thinking_block() -> None:
-    parser = StreamParser()
-    _block(parser, "thinking")
-    got = _delta(parser, {"type": "thinking_delta", "thinking": "hm"})
-    assert got == Delta(thinking=[ThinkingDelta(0, text="hm")])
+    got = _anthropic("thinking", {"type": "thinking_delta", "thinking": "hm"})
+    assert got == [Delta(thinking=[ThinkingDelta(0, text="hm")])]
 
 
 @pytest.mark.parametrize("kind", [["response.completed"], {"a": 1}, 7, None])
 def test_a_responses_event_whose_type_is_not_a_string_is_ignored(kind: Any) -> None:
-    assert ResponsesStreamParser().feed("", json.dumps({"type": kind, "delta": "x"})) is None
+    done = {"type": "response.completed", "response": {**DONE["openai-responses"], "output": []}}
+    items = streamed("openai-responses", sse([{"type": kind, "delta": "x"}, done]))
+    assert [i for i in items if isinstance(i, Delta)] == []
 
 
 def test_responses_items_whose_lists_are_not_lists_are_read_as_empty() -> None:
@@ -166,10 +165,10 @@ def test_responses_items_whose_lists_are_not_lists_are_read_as_empty() -> None:
             {"type": "message", "content": [{"type": "output_text", "text": "ok"}]},
         ],
     }
-    response = parse_responses_response(body)
-    assert response.message.content == "ok"
+    assert parsed("openai-responses", body).message.content == "ok"
 
 
 def test_chat_stream_tool_calls_that_are_not_a_list_are_ignored() -> None:
     chunk = {"choices": [{"index": 0, "delta": {"content": "a", "tool_calls": 5}}]}
-    assert ChatStreamParser().feed("", json.dumps(chunk)) == Delta(content="a")
+    stop = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    assert streamed("openai-chat", sse([chunk, stop]))[:-1] == [Delta(content="a")]

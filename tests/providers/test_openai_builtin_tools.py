@@ -13,18 +13,9 @@ from hypothesis import strategies as st
 
 from golem import Citation, ServerToolBlock, dumps_history, loads_history
 from golem.messages import Message, ThinkingBlock
-from golem.model import ModelRequest, ModelResponse, ToolSpec
+from golem.model import ModelRequest, ModelResponse
 from golem.providers.openai import OpenAIResponsesModel
-from golem.providers.openai._responses_stream import parse_responses_stream
-from golem.providers.openai._responses_wire import (
-    ResponsesOptions,
-    build_responses_body,
-    parse_responses_response,
-    reasoning_signature,
-)
-from golem.providers.openai._stream import parse_stream_text
-from golem.providers.openai._wire import parse_response as parse_chat
-from tests.support.adapters import body_of
+from tests.support.adapters import body_of, parsed, streamed
 from tests.support.recordings import available, load, replay_transport
 
 recorded = pytest.mark.skipif(not available(), reason="shared recordings not present")
@@ -68,59 +59,39 @@ BODY: dict[str, Any] = {"status": "completed", "model": "gpt-5", "output": OUTPU
 
 
 def test_items_and_annotations_are_typed() -> None:
-    message = parse_responses_response(BODY).message
+    message = parsed(API, BODY).message
     assert message.content == "A golem is ([example.com](x)) clay. More."
     assert message.citations == [
-        Citation(
-            start=13,
-            end=31,
-            url="https://example.com/golem",
-            title="Golem",
-            provider="openai-responses",
-            raw=_dump(URL_CITATION),
-        )
+        Citation(start=13, end=31, url="https://example.com/golem", title="Golem",
+                 provider="openai-responses", raw=_dump(URL_CITATION))
     ]
     assert message.server_tools == [
-        ServerToolBlock(
-            provider="openai-responses",
-            type="web_search_call",
-            id="ws_1",
-            name="web_search",
-            raw=_dump(SEARCH),
-            at=0,
-            thinking_before=1,
-        )
+        ServerToolBlock(provider="openai-responses", type="web_search_call", id="ws_1",
+                        name="web_search", raw=_dump(SEARCH), at=0, thinking_before=1)
     ]
     assert message.server_tools[0].data()["action"]["query"] == "golem"
 
 
 def test_text_after_a_builtin_item_is_one_run_and_separated_from_the_text_before() -> None:
+    texts = [{"type": "output_text", "text": t} for t in ("First part,", " second part.")]
     output = [
         {"type": "message", "content": [{"type": "output_text", "text": "Searching."}]},
         SEARCH,
-        {
-            "type": "message",
-            "content": [
-                {"type": "output_text", "text": "First part,"},
-                {"type": "output_text", "text": " second part."},
-            ],
-        },
+        {"type": "message", "content": texts},
     ]
-    message = parse_responses_response({**BODY, "output": output}).message
+    message = parsed(API, {**BODY, "output": output}).message
     assert message.content == "Searching.\n\nFirst part, second part."
     assert message.server_tools[0].at == len("Searching.")
 
 
 def _input(message: Message, *, store: bool) -> list[dict[str, Any]]:
     request = ModelRequest(messages=[Message(role="user", content="q"), message])
-    items: list[dict[str, Any]] = build_responses_body(
-        request, ResponsesOptions(model="gpt-5", store=store)
-    )["input"][1:]
+    items: list[dict[str, Any]] = body_of(API, request, "gpt-5", store=store)["input"][1:]
     return items
 
 
 def test_with_store_the_items_go_back_in_their_order() -> None:
-    message = parse_responses_response(BODY).message
+    message = parsed(API, BODY).message
     assert _input(message, store=True) == [
         {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "enc1"},
         SEARCH,
@@ -131,7 +102,7 @@ def test_with_store_the_items_go_back_in_their_order() -> None:
 
 def test_stateless_requests_keep_items_out_except_compaction() -> None:
     output = [COMPACTION, *OUTPUT]
-    message = parse_responses_response({**BODY, "output": output}).message
+    message = parsed(API, {**BODY, "output": output}).message
     assert [b.type for b in message.server_tools] == ["compaction", "web_search_call"]
     assert _input(message, store=False) == [
         COMPACTION,  # carries its content encrypted, like reasoning
@@ -147,7 +118,7 @@ def test_text_split_by_an_item_goes_back_as_two_messages() -> None:
         SEARCH,
         {"type": "message", "content": [{"type": "output_text", "text": "Found it."}]},
     ]
-    message = parse_responses_response({**BODY, "output": output}).message
+    message = parsed(API, {**BODY, "output": output}).message
     assert _input(message, store=True) == [
         {"role": "assistant", "content": "Searching."},
         SEARCH,
@@ -159,30 +130,18 @@ def test_text_split_by_an_item_goes_back_as_two_messages() -> None:
 
 
 def test_a_saved_history_sends_the_same_body_and_other_providers_get_only_text() -> None:
-    message = parse_responses_response(BODY).message
+    message = parsed(API, BODY).message
     history = [Message(role="user", content="q"), message]
     loaded = loads_history(dumps_history(history))
     assert loaded == history
-    options = ResponsesOptions(model="gpt-5", store=True)
-    assert build_responses_body(ModelRequest(messages=loaded), options) == build_responses_body(
-        ModelRequest(messages=history), options
+    assert body_of(API, ModelRequest(messages=loaded), store=True) == body_of(
+        API, ModelRequest(messages=history), store=True
     )
     request = ModelRequest(messages=loaded)
     for body in (body_of("anthropic", request, model="claude-x"), body_of("gemini", request)):
         text = json.dumps(body)
         assert "ws_1" not in text
         assert "A golem is ([example.com](x)) clay. More." in text
-
-
-def test_blocks_of_other_providers_are_not_sent() -> None:
-    foreign = ServerToolBlock(
-        provider="anthropic",
-        type="server_tool_use",
-        id="srvtoolu_1",
-        raw='{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{}}',
-    )
-    message = Message(role="assistant", content="Hi.", server_tools=[foreign])
-    assert _input(message, store=True) == [{"role": "assistant", "content": "Hi."}]
 
 
 def test_file_citations_point_at_an_index() -> None:
@@ -193,7 +152,7 @@ def test_file_citations_point_at_an_index() -> None:
             "content": [{"type": "output_text", "text": "Paris.", "annotations": [annotation]}],
         }
     ]
-    message = parse_responses_response({**BODY, "output": output}).message
+    message = parsed(API, {**BODY, "output": output}).message
     assert message.citations == [
         Citation(
             start=5, end=5, title="notes.txt", provider="openai-responses", raw=_dump(annotation)
@@ -204,7 +163,7 @@ def test_file_citations_point_at_an_index() -> None:
 @recorded
 def test_recorded_web_search_annotations_are_citations() -> None:
     it = load(API, "test_openai_responses_model_builtin_tools_web_search.yaml")[0]
-    message = parse_responses_response(it.json).message
+    message = parsed(API, it.json).message
     assert [b.type for b in message.server_tools].count("web_search_call") >= 1
     assert len(message.citations) == 3
     first = message.citations[0]
@@ -218,7 +177,7 @@ def test_recorded_web_search_annotations_are_citations() -> None:
 @recorded
 def test_recorded_streamed_annotations_equal_the_final_response() -> None:
     it = load(API, "test_openai_include_raw_annotations_streaming.yaml")[0]
-    items = parse_responses_stream(it.body.splitlines())
+    items = streamed(API, it.body)
     final = items[-1]
     assert isinstance(final, ModelResponse)
     message = final.message
@@ -298,7 +257,7 @@ def test_chat_url_citations_are_kept_streamed_and_plain_alike() -> None:
             }
         ],
     }
-    plain = parse_chat(body)
+    plain = parsed("openai-chat", body)
     assert plain.message.citations == [
         Citation(
             start=6,
@@ -320,28 +279,14 @@ def test_chat_url_citations_are_kept_streamed_and_plain_alike() -> None:
         },
     ]
     text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-    streamed = parse_stream_text(text)[-1]
-    assert isinstance(streamed, ModelResponse)
-    assert streamed.message == plain.message
+    final = streamed("openai-chat", text)[-1]
+    assert isinstance(final, ModelResponse)
+    assert final.message == plain.message
 
 
 def test_reasoning_signature_helper_matches_the_items() -> None:
-    message = parse_responses_response(BODY).message
-    assert message.thinking[0] == ThinkingBlock(signature=reasoning_signature("rs_1", "enc1"))
-
-
-def test_builtin_tools_in_extra_body_join_the_function_tools() -> None:
-    request = ModelRequest(
-        messages=[Message(role="user", content="hi")],
-        tools=[ToolSpec("save", "Save.", {"type": "object", "properties": {}})],
-    )
-    options = ResponsesOptions(model="gpt-5", extra_body={"tools": [{"type": "web_search"}]})
-    body = build_responses_body(request, options)
-    assert [t["type"] for t in body["tools"]] == ["function", "web_search"]
-    alone = build_responses_body(
-        ModelRequest(messages=[Message(role="user", content="hi")]), options
-    )
-    assert alone["tools"] == [{"type": "web_search"}]
+    message = parsed(API, BODY).message
+    assert message.thinking[0] == ThinkingBlock(signature="openai-responses/rs_1/enc1")
 
 
 _words = st.text(alphabet="abc xyz.", min_size=1, max_size=8).filter(lambda t: t.strip() == t != "")
@@ -388,6 +333,6 @@ def _expected(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @settings(deadline=None)
 @given(_outputs())
 def test_any_interleaving_goes_back_as_it_came(items: list[dict[str, Any]]) -> None:
-    message = parse_responses_response({**BODY, "output": items}).message
+    message = parsed(API, {**BODY, "output": items}).message
     (loaded,) = loads_history(dumps_history([message]))
     assert _input(loaded, store=True) == _expected(items)

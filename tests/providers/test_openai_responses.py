@@ -1,5 +1,6 @@
-"""The OpenAI Responses adapter: recorded traffic replayed through httpx.MockTransport, request
-bodies compared with recorded ones, reasoning kept across turns (and across the history JSON)."""
+"""The OpenAI Responses adapter: recorded runs replayed through httpx.MockTransport, request
+bodies compared with recorded ones, reasoning kept across turns (and across the history JSON).
+Its errors: test_errors.py; its recorded answers: test_recorded_answers.py."""
 
 from __future__ import annotations
 
@@ -11,25 +12,13 @@ import pydantic
 import pytest
 
 from golem import Agent, dumps_history, loads_history
-from golem.errors import BadRequest, ProviderConnectionError, RateLimited
 from golem.messages import Message, Part, ThinkingBlock, ToolCall
 from golem.model import Delta, ModelRequest, ModelResponse, ToolSpec
 from golem.providers import infer_model
 from golem.providers.openai import OpenAIResponsesModel
-from golem.providers.openai._responses_stream import parse_responses_stream
-from golem.providers.openai._responses_wire import (
-    ResponsesOptions,
-    build_responses_body,
-    parse_reasoning_signature,
-    parse_responses_response,
-    reasoning_signature,
-)
 from golem.usage import Usage
-from tests.support.adapters import body_of
+from tests.support.adapters import body_of, final, send
 from tests.support.recordings import (
-    Interaction,
-    all_interactions,
-    available,
     load,
     needs_recordings,
     replay_transport,
@@ -39,99 +28,13 @@ API = "openai-responses"
 pytestmark = needs_recordings
 
 
-def _ok(stream: bool) -> list[Interaction]:
-    if not available():
-        return []
-    out = []
-    for it in all_interactions(API):
-        if it.status != 200 or it.is_stream != stream or "/responses" not in it.uri:
-            continue
-        if not stream and (not isinstance(it.json, dict) or it.json.get("status") != "completed"):
-            continue  # background-mode polling (queued / in progress) is out of scope
-        if stream and "response.completed" not in it.body:
-            continue
-        out.append(it)
-    return out
-
-
-PLAIN, STREAMED = _ok(False), _ok(True)
-
-
-def _id(it: Interaction) -> str:
-    return f"{it.cassette.removesuffix('.yaml')}#{it.index}"
-
-
 def _model(client: httpx.AsyncClient, name: str = "gpt-5", **kw: Any) -> OpenAIResponsesModel:
     return OpenAIResponsesModel(name, api_key="k", http_client=client, **kw)
 
 
-def _assemble(deltas: list[Delta]) -> tuple[str, dict[int, str], dict[int, list[str]]]:
-    text = "".join(d.content for d in deltas)
-    args: dict[int, str] = {}
-    thinking: dict[int, list[str]] = {}
-    for d in deltas:
-        for c in d.tool_calls:
-            args[c.index] = args.get(c.index, "") + c.args_fragment
-        for t in d.thinking:
-            thinking.setdefault(t.index, ["", ""])
-            thinking[t.index][0] += t.text
-            thinking[t.index][1] += t.signature
-    return text, args, thinking
-
-
-def test_the_suite_covers_plain_and_streamed_recordings() -> None:
-    assert len(PLAIN) >= 40
-    assert len(STREAMED) >= 8
-
-
-@pytest.mark.parametrize("it", PLAIN, ids=_id)
-def test_every_recorded_response_parses(it: Interaction) -> None:
-    body = it.json
-    response = parse_responses_response(body)
-    calls = [o for o in body["output"] if o["type"] == "function_call"]
-    assert [c.id for c in response.message.tool_calls] == [c["call_id"] for c in calls]
-    assert response.finish_reason == ("tool_call" if calls else "stop")
-    assert response.usage.input_tokens == body["usage"]["input_tokens"]
-    assert response.model_name == body["model"]
-    texts = [
-        p["text"]
-        for o in body["output"]
-        if o["type"] == "message"
-        for p in o["content"]
-        if p.get("text")
-    ]
-    assert response.message.content.replace("\n\n", "") == "".join(texts).replace("\n\n", "")
-    reasoning = [o for o in body["output"] if o["type"] == "reasoning"]
-    assert len(response.message.thinking) == len(reasoning)
-    for block, item in zip(response.message.thinking, reasoning, strict=True):
-        assert parse_reasoning_signature(block.signature) == (
-            item["id"],
-            item.get("encrypted_content") or "",
-        )
-
-
-@pytest.mark.parametrize("it", STREAMED, ids=_id)
-def test_every_recorded_stream_assembles_to_its_final_response(it: Interaction) -> None:
-    items = parse_responses_stream(it.body.splitlines())
-    final = items[-1]
-    assert isinstance(final, ModelResponse)
-    deltas = [d for d in items[:-1] if isinstance(d, Delta)]
-    assert len(deltas) == len(items) - 1
-    completed = next(
-        json.loads(line[5:])
-        for line in it.body.splitlines()
-        if line.startswith("data:") and '"response.completed"' in line
-    )
-    assert final == parse_responses_response(completed["response"])
-    text, args, thinking = _assemble(deltas)
-    assert text == final.message.content
-    assert [args.get(i, "") for i in range(len(final.message.tool_calls))] == [
-        c.args for c in final.message.tool_calls
-    ]
-    for i, block in enumerate(final.message.thinking):
-        streamed_text, streamed_signature = thinking.get(i, ["", ""])
-        assert streamed_signature == ""  # only the final response carries it
-        assert streamed_text == block.text
+def _signature(item_id: str, encrypted: str) -> str:
+    """The `ThinkingBlock.signature` a reasoning item is kept as (histories hold it)."""
+    return f"openai-responses/{item_id}/{encrypted}"
 
 
 async def test_simple_response_exact() -> None:
@@ -286,69 +189,13 @@ async def test_recorded_tool_choice_request() -> None:
     assert [c.name for c in response.message.tool_calls] == ["get_weather"]
 
 
-async def test_http_errors_are_classified() -> None:
-    it = load(API, "test_openai_responses_model_http_error.yaml")[0]
-    async with httpx.AsyncClient(transport=replay_transport([it])) as client:
-        with pytest.raises(BadRequest, match="decimal below minimum value") as caught:
-            await _model(client, "gpt-4o").generate(
-                ModelRequest(messages=[Message(role="user", content="hi")])
-            )
-    assert caught.value.status_code == 400
-
-    def limited(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            429, headers={"retry-after": "2"}, json={"error": {"message": "slow"}}
-        )
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(limited)) as client:
-        with pytest.raises(RateLimited) as limit:
-            await _model(client).generate(
-                ModelRequest(messages=[Message(role="user", content="hi")])
-            )
-    assert limit.value.retry_after == 2.0
-    assert limit.value.retryable
+async def parse_responses_response(body: dict[str, Any]) -> ModelResponse:
+    return final(await send(API, json.dumps(body), stream=False))
 
 
-def _sse(*events: dict[str, Any]) -> bytes:
-    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
-
-
-async def test_stream_errors() -> None:
-    def cut(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            200,
-            headers={"content-type": "text/event-stream"},
-            content=_sse({"type": "response.output_text.delta", "output_index": 0, "delta": "Hi"}),
-        )
-
-    def failed(request: httpx.Request) -> httpx.Response:
-        event = {
-            "type": "response.failed",
-            "response": {
-                "status": "failed",
-                "output": [],
-                "error": {"code": "rate_limit_exceeded", "message": "Too many tokens"},
-            },
-        }
-        return httpx.Response(
-            200, headers={"content-type": "text/event-stream"}, content=_sse(event)
-        )
-
-    request = ModelRequest(messages=[Message(role="user", content="hi")])
-    async with httpx.AsyncClient(transport=httpx.MockTransport(cut)) as client:
-        with pytest.raises(ProviderConnectionError) as ended:
-            async for _ in _model(client).generate_stream(request):
-                pass
-    assert ended.value.retryable
-    async with httpx.AsyncClient(transport=httpx.MockTransport(failed)) as client:
-        with pytest.raises(RateLimited, match="Too many tokens"):
-            async for _ in _model(client).generate_stream(request):
-                pass
-
-
-def test_incomplete_and_refused_responses() -> None:
+async def test_incomplete_and_refused_responses() -> None:
     base: dict[str, Any] = {"model": "gpt-5", "usage": {"input_tokens": 3, "output_tokens": 9}}
-    cut = parse_responses_response(
+    cut = await parse_responses_response(
         {
             **base,
             "status": "incomplete",
@@ -357,7 +204,7 @@ def test_incomplete_and_refused_responses() -> None:
         }
     )
     assert (cut.message.content, cut.finish_reason) == ("Par", "length")
-    refused = parse_responses_response(
+    refused = await parse_responses_response(
         {
             **base,
             "status": "completed",
@@ -371,11 +218,8 @@ def test_incomplete_and_refused_responses() -> None:
 
 # --------------------------------------------------------------------------- requests
 
-OPTIONS = ResponsesOptions(model="gpt-5")
-
-
 def test_a_conversation_maps_to_input_items() -> None:
-    signature = reasoning_signature("rs_1", "gAAA-enc")
+    signature = _signature("rs_1", "gAAA-enc")
     request = ModelRequest(
         messages=[
             Message(role="system", content="Be brief."),
@@ -401,7 +245,7 @@ def test_a_conversation_maps_to_input_items() -> None:
         tools=[ToolSpec("lookup", "Look up.", {"type": "object", "properties": {}})],
         tool_choice="required",
     )
-    body = build_responses_body(request, OPTIONS)
+    body = body_of(API, request, "gpt-5")
     assert body["instructions"] == "Be brief."
     assert body["tool_choice"] == "required"
     assert body["tools"][0]["strict"] is False  # not strict-compatible: said explicitly
@@ -432,9 +276,9 @@ def test_a_conversation_maps_to_input_items() -> None:
 
 
 def test_an_empty_prompt_is_a_user_item() -> None:
-    body = build_responses_body(ModelRequest(messages=[Message(role="user")]), OPTIONS)
+    body = body_of(API, ModelRequest(messages=[Message(role="user")]), "gpt-5")
     assert body["input"] == [{"role": "user", "content": ""}]
-    body = build_responses_body(ModelRequest(messages=[]), OPTIONS)
+    body = body_of(API, ModelRequest(messages=[]), "gpt-5")
     assert body["input"] == [{"role": "user", "content": ""}]
 
 
@@ -442,7 +286,7 @@ def test_responses_reasoning_is_never_sent_to_other_providers() -> None:
     message = Message(
         role="assistant",
         content="Done.",
-        thinking=[ThinkingBlock(text="", signature=reasoning_signature("rs_1", "gAAA"))],
+        thinking=[ThinkingBlock(text="", signature=_signature("rs_1", "gAAA"))],
     )
     request = ModelRequest(messages=[Message(role="user", content="hi"), message])
     assert "gAAA" not in json.dumps(body_of("anthropic", request, model="m"))
@@ -454,7 +298,7 @@ def test_responses_reasoning_is_never_sent_to_other_providers() -> None:
                 role="assistant",
                 content="Done.",
                 thinking=[
-                    ThinkingBlock(text="Sum.", signature=reasoning_signature("rs_1", "gAAA"))
+                    ThinkingBlock(text="Sum.", signature=_signature("rs_1", "gAAA"))
                 ],
             ),
         ]
@@ -462,11 +306,26 @@ def test_responses_reasoning_is_never_sent_to_other_providers() -> None:
     assert "gAAA" not in json.dumps(body_of("anthropic", summarized, model="m"))
 
 
-def test_signatures_round_trip() -> None:
-    assert parse_reasoning_signature(reasoning_signature("rs_9", "x-y_z=")) == ("rs_9", "x-y_z=")
-    assert parse_reasoning_signature(reasoning_signature("rs_9", "")) == ("rs_9", "")
-    assert parse_reasoning_signature("EqQBCkYIBxgC") is None
-    assert parse_reasoning_signature("openai-responses/") is None
+@pytest.mark.parametrize(
+    ("signature", "item"),
+    [
+        (_signature("rs_9", "x-y_z="), {"id": "rs_9", "encrypted_content": "x-y_z="}),
+        (_signature("rs_9", ""), {"id": "rs_9"}),
+        ("EqQBCkYIBxgC", None),  # another provider's
+        ("openai-responses/", None),  # no item ID
+    ],
+)
+def test_a_reasoning_signature_goes_back_as_its_item(
+    signature: str, item: dict[str, Any] | None
+) -> None:
+    thought = ThinkingBlock(text="", signature=signature)
+    answer = Message(role="assistant", content="Done.", thinking=[thought])
+    request = ModelRequest(messages=[Message(role="user", content="hi"), answer])
+    sent = [i for i in body_of(API, request, "gpt-5")["input"] if i.get("type") == "reasoning"]
+    if item is None:
+        assert sent == []
+    else:
+        assert [{k: i[k] for k in item} for i in sent] == [item]
 
 
 def test_infer_model_and_options(monkeypatch: pytest.MonkeyPatch) -> None:

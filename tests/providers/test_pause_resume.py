@@ -19,111 +19,37 @@ from golem.tool import DeferKind, Deferred, call_approved
 from tests.support.adapters import ADAPTERS, text_answer
 from tests.support.anthropic import sse as anthropic_sse
 from tests.support.anthropic import synthesize_stream
-from tests.support.gemini import sse_body
+from tests.support.events import answer, streamed_form
 from tests.support.local_server import Headers, local_server
-from tests.support.openai_chat import stream_from_body
 
 ARGS = {"path": "a.txt"}
 FINAL = "Deleted a.txt."
 SIGNATURES = ("c2lnbmF0dXJl", "Z2VtaW5pLXNpZw==")
 """The reasoning signatures of the tool turns: each stays with the API that wrote it."""
 
-TOOL_TURN: dict[str, dict[str, Any]] = {
-    "openai-chat": {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "model": "m",
-        "choices": [
-            {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": "Deleting.",
-                    "tool_calls": [
-                        {
-                            "id": "call_del",
-                            "type": "function",
-                            "function": {"name": "delete_file", "arguments": json.dumps(ARGS)},
-                        }
-                    ],
-                },
-                "finish_reason": "tool_calls",
-            }
-        ],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
-    },
-    "openai-responses": {
-        "id": "r",
-        "object": "response",
-        "model": "m",
-        "status": "completed",
-        "output": [
-            {
-                "type": "message",
-                "id": "m1",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": "Deleting.", "annotations": []}],
-            },
-            {
-                "type": "function_call",
-                "id": "fc_1",
-                "call_id": "call_del",
-                "name": "delete_file",
-                "arguments": json.dumps(ARGS),
-                "status": "completed",
-            },
-        ],
-        "usage": {"input_tokens": 10, "output_tokens": 5},
-    },
-    "anthropic": {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "m",
-        "content": [
-            {"type": "thinking", "thinking": "Delete it.", "signature": SIGNATURES[0]},
-            {"type": "text", "text": "Deleting."},
-            {"type": "tool_use", "id": "toolu_del", "name": "delete_file", "input": ARGS},
-        ],
-        "stop_reason": "tool_use",
-        "usage": {"input_tokens": 10, "output_tokens": 5},
-    },
-    "gemini": {
-        "candidates": [
-            {
-                "content": {
-                    "role": "model",
-                    "parts": [
-                        {"text": "Deleting."},
-                        {
-                            "functionCall": {"name": "delete_file", "args": ARGS},
-                            "thoughtSignature": SIGNATURES[1],
-                        },
-                    ],
-                },
-                "finishReason": "STOP",
-            }
-        ],
-        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5},
-    },
-}
+def _tool_turn(api: str) -> dict[str, Any]:
+    """`api`'s answer "Deleting." calling `delete_file` (with a thought signature on Anthropic
+    and Gemini)."""
+    args: Any = json.dumps(ARGS) if api.startswith("openai") else ARGS
+    call_id = {"anthropic": "toolu_del", "gemini": None}.get(api, "call_del")
+    body = answer(api, "Deleting.", calls=[(call_id, "delete_file", args)], stop="tool_call",
+                  usage=(10, 5))
+    if api == "anthropic":
+        thought = {"type": "thinking", "thinking": "Delete it.", "signature": SIGNATURES[0]}
+        body["content"].insert(0, thought)
+    if api == "gemini":
+        body["candidates"][0]["content"]["parts"][1]["thoughtSignature"] = SIGNATURES[1]
+    return body
+
+
+TOOL_TURN = {api: _tool_turn(api) for api in ADAPTERS}
 
 
 def streamed(api: str, body: dict[str, Any]) -> bytes:
     """`body` as the event stream of `api`."""
-    if api == "openai-chat":
-        return stream_from_body(body).encode()
-    if api == "openai-responses":
-        text = body["output"][0]["content"][0]["text"]
-        events = [
-            {"type": "response.output_text.delta", "output_index": 0, "delta": text},
-            {"type": "response.completed", "response": body},
-        ]
-        return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
     if api == "anthropic":
         return anthropic_sse(*synthesize_stream(body, size=5)).encode()
-    return sse_body([body])
+    return streamed_form(api, body).encode()
 
 
 def tool_result_sent(api: str, body: dict[str, Any]) -> str:

@@ -79,133 +79,50 @@ def _item_events(data: st.DataObject, i: int) -> tuple[dict[str, Any], list[dict
     kind = data.draw(st.sampled_from(["message", "reasoning", "function_call", "web_search"]))
     added = data.draw(st.booleans())
     events: list[dict[str, Any]] = []
+
+    def event(kind: str, **fields: Any) -> None:
+        events.append({"type": f"response.{kind}", "output_index": i, "item_id": item["id"], **fields})
+
     if kind == "message":
         texts = data.draw(st.lists(_TEXT, min_size=1, max_size=2))
         item = {**_message(*texts), "id": f"msg_{i}"}
         mode = data.draw(st.sampled_from(["deltas", "text_done", "item_done", "both"]))
         if added:
-            events.append(
-                {
-                    "type": "response.output_item.added",
-                    "output_index": i,
-                    "item_id": item["id"],
-                    "item": {**item, "content": []},
-                }
-            )
+            event("output_item.added", item={**item, "content": []})
         for j, t in enumerate(texts):
             if mode in ("deltas", "both"):
-                events += [
-                    {
-                        "type": "response.output_text.delta",
-                        "output_index": i,
-                        "item_id": item["id"],
-                        "content_index": j,
-                        "delta": p,
-                    }
-                    for p in drawn_pieces(data, t)
-                ]
+                for p in drawn_pieces(data, t):
+                    event("output_text.delta", content_index=j, delta=p)
             if mode in ("text_done", "both"):
-                events.append(
-                    {
-                        "type": "response.output_text.done",
-                        "output_index": i,
-                        "item_id": item["id"],
-                        "content_index": j,
-                        "text": t,
-                    }
-                )
+                event("output_text.done", content_index=j, text=t)
     elif kind == "reasoning":
         texts = data.draw(st.lists(_TEXT, min_size=1, max_size=2))
-        item = {
-            "type": "reasoning",
-            "id": f"rs_{i}",
-            "encrypted_content": "E",
-            "summary": [{"type": "summary_text", "text": t} for t in texts],
-        }
+        summary = [{"type": "summary_text", "text": t} for t in texts]
+        item = {"type": "reasoning", "id": f"rs_{i}", "encrypted_content": "E", "summary": summary}
         if added or data.draw(st.booleans()):
-            events.append(
-                {
-                    "type": "response.output_item.added",
-                    "output_index": i,
-                    "item_id": item["id"],
-                    "item": {**item, "summary": []},
-                }
-            )
+            event("output_item.added", item={**item, "summary": []})
             if data.draw(st.booleans()):
                 for j, t in enumerate(texts):
-                    events += [
-                        {
-                            "type": "response.reasoning_summary_text.delta",
-                            "output_index": i,
-                            "item_id": item["id"],
-                            "summary_index": j,
-                            "delta": p,
-                        }
-                        for p in drawn_pieces(data, t)
-                    ]
+                    for p in drawn_pieces(data, t):
+                        event("reasoning_summary_text.delta", summary_index=j, delta=p)
     elif kind == "function_call":
         args = json.dumps({"v": data.draw(_TEXT)})
-        item = {
-            "type": "function_call",
-            "id": f"fc_{i}",
-            "call_id": f"call_{i}",
-            "name": "f",
-            "arguments": args,
-            "status": "completed",
-        }
+        item = {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}", "name": "f",
+                "arguments": args, "status": "completed"}
         if added:
             whole = data.draw(st.booleans())
-            events.append(
-                {
-                    "type": "response.output_item.added",
-                    "output_index": i,
-                    "item_id": item["id"],
-                    "item": {**item, "arguments": args if whole else ""},
-                }
-            )
+            event("output_item.added", item={**item, "arguments": args if whole else ""})
             if not whole:
-                events += [
-                    {
-                        "type": "response.function_call_arguments.delta",
-                        "output_index": i,
-                        "item_id": item["id"],
-                        "delta": p,
-                    }
-                    for p in drawn_pieces(data, args)
-                ]
+                for p in drawn_pieces(data, args):
+                    event("function_call_arguments.delta", delta=p)
                 if data.draw(st.booleans()):
-                    events.append(
-                        {
-                            "type": "response.function_call_arguments.done",
-                            "output_index": i,
-                            "item_id": item["id"],
-                            "arguments": args,
-                        }
-                    )
+                    event("function_call_arguments.done", arguments=args)
     else:
-        item = {
-            "type": "web_search_call",
-            "id": f"ws_{i}",
-            "status": "completed",
-            "action": {"type": "search", "query": "q"},
-        }
+        item = {"type": "web_search_call", "id": f"ws_{i}", "status": "completed",
+                "action": {"type": "search", "query": "q"}}
         if added:
-            events.append(
-                {
-                    "type": "response.output_item.added",
-                    "output_index": i,
-                    "item_id": item["id"],
-                    "item": item,
-                }
-            )
-    events.append(
-        {
-            "type": "response.output_item.done",
-            "output_index": i,
-            "item_id": item["id"],
-            "item": item,
-        }
-    )
+            event("output_item.added", item=item)
+    event("output_item.done", item=item)
     return item, events
 
 
@@ -293,150 +210,53 @@ async def test_a_done_marker_after_a_gemini_stream_is_ignored() -> None:
     assert final(await send("gemini", body, stream=True)).message.content == "hi"
 
 
-async def test_a_responses_terminal_event_without_its_output_takes_the_done_items() -> None:
-    # a compatible server's `response.completed` that leaves `output` out; it was "no output
-    # list" although every item had arrived whole in its `response.output_item.done`
-    message = {
-        "type": "message",
-        "id": "m1",
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": "hi", "annotations": []}],
-    }
-    call = {"type": "function_call", "id": "fc1", "call_id": "c1", "name": "f", "arguments": "{}"}
-    events = [
-        {"type": "response.created", "response": {"id": "r", "status": "in_progress"}},
-        {
-            "type": "response.output_item.added",
-            "output_index": 0,
-            "item": {**message, "content": []},
-        },
-        {
-            "type": "response.output_text.delta",
-            "output_index": 0,
-            "content_index": 0,
-            "item_id": "m1",
-            "delta": "hi",
-        },
-        {"type": "response.output_item.done", "output_index": 0, "item": message},
-        {
-            "type": "response.output_item.added",
-            "output_index": 1,
-            "item": {**call, "arguments": ""},
-        },
-        {"type": "response.output_item.done", "output_index": 1, "item": call},
-        {"type": "response.completed", "response": {"id": "r", "status": "completed"}},
-    ]
-    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
-    m = final(await send("openai-responses", body, stream=True)).message
-    assert m.content == "hi"
-    assert [(c.id, c.name) for c in m.tool_calls] == [("c1", "f")]
+_CALL = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f",
+         "arguments": '{"x": 1}', "status": "completed"}
+_REASONING = {"type": "reasoning", "id": "rs_1", "encrypted_content": "ENC",
+              "summary": [{"type": "summary_text", "text": t} for t in ("Think A", "Think B")]}
 
 
-@pytest.mark.parametrize("refusal", [False, True])
-@pytest.mark.parametrize("terminal_output", [True, False])
-async def test_responses_text_sent_only_when_done_streams_as_one_delta(
-    refusal: bool, terminal_output: bool
+def _done_only(kind: str, output: bool, refusal: bool = False) -> list[dict[str, Any]]:
+    """A Responses stream whose item of `kind` comes whole only when done (one part of a text
+    or summary also in its `.done` event), its terminal event with or without `output`."""
+    item = {"message": _message("Hello ", "there", refusal=refusal), "call": _CALL,
+            "reasoning": _REASONING}[kind]
+    events: list[dict[str, Any]] = []
+    if kind != "call":
+        empty = {**item, "summary": []} if kind == "reasoning" else {**item, "content": []}
+        events.append({"type": "response.output_item.added", "output_index": 0, "item": empty})
+    if kind == "message":
+        done, key = ("response.refusal.done", "refusal") if refusal else ("response.output_text.done", "text")
+        events.append({"type": done, "output_index": 0, "content_index": 0, key: "Hello "})
+    if kind == "reasoning":
+        events.append({"type": "response.reasoning_summary_text.done", "output_index": 0,
+                       "summary_index": 0, "text": "Think A"})
+    events.append({"type": "response.output_item.done", "output_index": 0, "item": item})
+    terminal = {**RESPONSE, "status": "completed", "usage": RESPONSE_USAGE}
+    return [*events, {"type": "response.completed",
+                      "response": {**terminal, **({"output": [item]} if output else {})}}]
+
+
+@pytest.mark.parametrize("output", [True, False])
+@pytest.mark.parametrize(
+    ("kind", "refusal"), [("message", False), ("message", True), ("call", False), ("reasoning", False)]
+)
+async def test_a_responses_item_sent_only_when_done_streams_once_as_it_ends(
+    kind: str, refusal: bool, output: bool
 ) -> None:
-    """Before: text (or a refusal) that a server sent only in `response.output_text.done` /
-    `response.refusal.done` / `response.output_item.done`, with no delta, was in the final
-    response but never streamed: a streaming UI showed nothing of the answer."""
-    message = _message("Hello ", "there", refusal=refusal)
-    done = "response.refusal.done" if refusal else "response.output_text.done"
-    key = "refusal" if refusal else "text"
-    events = [
-        {
-            "type": "response.output_item.added",
-            "output_index": 0,
-            "item": {**message, "content": [], "status": "in_progress"},
-        },
-        {"type": done, "output_index": 0, "content_index": 0, key: "Hello "},
-        {"type": "response.output_item.done", "output_index": 0, "item": message},
-        {
-            "type": "response.completed",
-            "response": {
-                **RESPONSE,
-                "status": "completed",
-                "usage": RESPONSE_USAGE,
-                **({"output": [message]} if terminal_output else {}),
-            },
-        },
-    ]
-    items, response = await responses_streamed(events)
-    assert response.message.content == "Hello there"
-    assert _streamed_text(items) == "Hello there"  # the first part once, the second when done
-    assert response.finish_reason == ("content_filter" if refusal else "stop")
-
-
-async def test_a_responses_call_sent_only_when_done_streams_its_id_name_and_arguments() -> None:
-    """Before: a `function_call` item that came only in `response.output_item.done` (no
-    `output_item.added`) streamed nothing; the final response had the call."""
-    call = {
-        "type": "function_call",
-        "id": "fc_1",
-        "call_id": "call_1",
-        "name": "f",
-        "arguments": '{"x": 1}',
-        "status": "completed",
-    }
-    events = [
-        {"type": "response.output_item.done", "output_index": 0, "item": call},
-        {
-            "type": "response.completed",
-            "response": {
-                **RESPONSE,
-                "status": "completed",
-                "output": [call],
-                "usage": RESPONSE_USAGE,
-            },
-        },
-    ]
-    items, response = await responses_streamed(events)
-    assert (
-        [(c.id, c.name, c.args) for c in accumulated(items)]
-        == [(c.id, c.name, c.args) for c in response.message.tool_calls]
-        == [("call_1", "f", '{"x": 1}')]
-    )
-
-
-async def test_a_responses_summary_sent_only_when_done_streams_as_thinking() -> None:
-    """Before: a reasoning summary that came only with its done item streamed no thinking."""
-    reasoning = {
-        "type": "reasoning",
-        "id": "rs_1",
-        "encrypted_content": "ENC",
-        "summary": [
-            {"type": "summary_text", "text": "Think A"},
-            {"type": "summary_text", "text": "Think B"},
-        ],
-    }
-    events = [
-        {
-            "type": "response.output_item.added",
-            "output_index": 0,
-            "item": {"type": "reasoning", "id": "rs_1", "summary": []},
-        },
-        {
-            "type": "response.reasoning_summary_text.done",
-            "output_index": 0,
-            "summary_index": 0,
-            "text": "Think A",
-        },
-        {"type": "response.output_item.done", "output_index": 0, "item": reasoning},
-        {
-            "type": "response.completed",
-            "response": {
-                **RESPONSE,
-                "status": "completed",
-                "output": [reasoning],
-                "usage": RESPONSE_USAGE,
-            },
-        },
-    ]
-    items, response = await responses_streamed(events)
-    streamed = "".join(
-        t.text for i in items if not isinstance(i, ModelResponse) for t in i.thinking
-    )
-    assert streamed == response.message.thinking[0].text == "Think A\n\nThink B"
+    """Before: text, a refusal, a call or a summary that a server sent only in `.done`
+    events (no deltas) was in the final answer but never streamed; a terminal event without
+    `output` lost items that had all arrived whole in their done events."""
+    items, response = await responses_streamed(_done_only(kind, output, refusal))
+    assert_deltas_add_up(items)
+    m = response.message
+    if kind == "message":
+        assert m.content == _streamed_text(items) == "Hello there"
+        assert response.finish_reason == ("content_filter" if refusal else "stop")
+    elif kind == "call":
+        assert [(c.id, c.name, c.args) for c in accumulated(items)] == [("call_1", "f", '{"x": 1}')]
+    else:
+        assert m.thinking[0].text == "Think A\n\nThink B"
 
 
 @settings(deadline=None)

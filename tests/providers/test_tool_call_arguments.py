@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from golem.errors import ResponseFormatError
 from golem.model import ModelResponse
 from tests.support.adapters import accumulated, final, plain_calls, send
-from tests.support.events import anthropic_tool_stream, chat_body_of, gemini_body_of, sse
+from tests.support.events import answer, anthropic_tool_stream, sse
 from tests.support.recordings import needs_recordings
 from tests.support.streams import CALLING, plain, stream_of
 
@@ -66,28 +66,9 @@ _AS_TEXT = '{"a": 1, "b": [true, null]}'
 LONG = "9" * 5000  # JSON allows it; Python converts at most 4300 digits by default
 
 
-LONG_ARGS: dict[str, str] = {
-    "anthropic": json.dumps(
-        {
-            "id": "m",
-            "type": "message",
-            "role": "assistant",
-            "model": "m",
-            "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"n": 0}}],
-            "stop_reason": "tool_use",
-            "usage": {"input_tokens": 0, "output_tokens": 0},
-        }
-    ),
-    "gemini": gemini_body_of([{"functionCall": {"name": "f", "args": {"n": 0}}}]),
-    "openai-chat": chat_body_of(
-        {
-            "role": "assistant",
-            "tool_calls": [
-                # a compatible server that sends the arguments as an object
-                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"n": 0}}}
-            ],
-        }
-    ),
+LONG_ARGS = {
+    api: json.dumps(answer(api, calls=[("c1", "f", {"n": 0})], stop="tool_call"))
+    for api in ("anthropic", "gemini", "openai-chat")  # Chat: a server sending an object
 }
 
 
@@ -111,43 +92,13 @@ async def test_arguments_that_arrive_whole_stream_as_one_fragment(data: st.DataO
 
 
 @pytest.mark.parametrize(
-    ("api", "body"),
-    [
-        (
-            "openai-responses",
-            {
-                "id": "r",
-                "object": "response",
-                "status": "completed",
-                "output": [
-                    {"type": "function_call", "call_id": "c", "name": "f", "arguments": "OBJ"}
-                ],
-            },
-        ),
-        (
-            "anthropic",
-            {
-                "type": "message",
-                "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "TEXT"}],
-                "stop_reason": "tool_use",
-            },
-        ),
-        (
-            "gemini",
-            {
-                "candidates": [
-                    {
-                        "content": {"parts": [{"functionCall": {"name": "f", "args": "TEXT"}}]},
-                        "finishReason": "STOP",
-                    }
-                ]
-            },
-        ),
-    ],
+    ("api", "form"),
+    [("openai-responses", "OBJ"), ("anthropic", "TEXT"), ("gemini", "TEXT")],
 )
-async def test_arguments_in_the_other_json_form_are_read(api: str, body: dict[str, Any]) -> None:
+async def test_arguments_in_the_other_json_form_are_read(api: str, form: str) -> None:
     # Responses arguments sent as an object were lost (""); Anthropic input and Gemini args
     # sent as text holding an object became a JSON string, which no tool takes
+    body = answer(api, calls=[("c", "f", form)], stop="tool_call")
     text = json.dumps(body).replace('"OBJ"', _AS_TEXT).replace('"TEXT"', json.dumps(_AS_TEXT))
     (response,) = await send(api, text, stream=False)
     assert isinstance(response, ModelResponse)
@@ -219,15 +170,10 @@ async def test_anthropic_big_integers_in_a_plain_answer_stay_exact() -> None:
 async def test_a_number_beyond_float_range_stays_valid_json() -> None:
     # A JSON value of args is read into floats: 1e400 becomes an infinity, which used to be
     # written back as `Infinity`, text no JSON parser accepts.
-    anthropic = (
-        '{"content":[{"type":"tool_use","id":"t","name":"f",'
-        '"input":{"big":1e400,"neg":[-1e400],"ok":2.5}}],"stop_reason":"tool_use"}'
-    )
-    gemini = (
-        '{"candidates":[{"content":{"parts":[{"functionCall":{"name":"f",'
-        '"args":{"big":1e400,"neg":[-1e400],"ok":2.5}}}]},"finishReason":"STOP"}]}'
-    )
-    for api, body in (("anthropic", anthropic), ("gemini", gemini)):
+    big = '{"big":1e400,"neg":[-1e400],"ok":2.5}'
+    for api in ("anthropic", "gemini"):
+        body = json.dumps(answer(api, calls=[("t", "f", "BIG")], stop="tool_call"))
+        body = body.replace('"BIG"', big)
         response = final(await send(api, body, stream=False))
         args = json.loads(response.message.tool_calls[0].args, parse_constant=_refuse)
         assert args == {"big": float("inf"), "neg": [float("-inf")], "ok": 2.5}

@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from golem.errors import ResponseFormatError
-from golem.model import Delta, ModelResponse
+from golem.model import ModelResponse
 from tests.support.adapters import accumulated, final, plain_calls, send
 from tests.support.events import (
     RESPONSE,
     RESPONSE_USAGE,
-    anthropic_tool_stream,
+    answer,
     chat_body_of,
     chat_chunk,
     chat_chunk_event,
@@ -31,9 +31,8 @@ from tests.support.events import (
     gemini_body_of,
     responses_streamed,
     sse,
+    streamed_form,
 )
-from tests.support.recordings import available
-from tests.support.streams import CALLING, plain
 from tests.support.unknown import UNKNOWN
 
 _ARG_TEXTS = st.one_of(
@@ -198,100 +197,33 @@ async def test_chat_parallel_calls_with_interleaved_fragments(
         ]
 
 
-async def test_chat_repeated_ids_are_renamed() -> None:
-    response = final(await send("openai-chat", _chat_body(["c", "c", "c_2", "d"]), stream=False))
-    assert [c.id for c in response.message.tool_calls] == ["c", "c_2", "c_2_2", "d"]
+REPEATED = [
+    # (api, the IDs sent, their arguments, the IDs kept)
+    ("openai-chat", ["c", "c", "c_2", "d"], ["{}"] * 4, ["c", "c_2", "c_2_2", "d"]),
+    ("anthropic", ["toolu_1", "toolu_1"], ['{"n": 9007199254740993}', '{"s": "😀"}'],
+     ["toolu_1", "toolu_1_2"]),
+    ("openai-responses", [None, "c", "c"], ['{"n": 18446744073709551617}', "{}", "oops"],
+     [None, "c", "c_2"]),
+    ("gemini", ["g1", "g1"], [{"n": 123456789012345678901}, {"s": "𝄞"}], ["g1", "g1_2"]),
+]
 
 
-async def test_anthropic_repeated_ids_are_renamed_alike_in_deltas_and_response() -> None:
-    calls = [("toolu_1", '{"n": 9007199254740993}'), ("toolu_1", '{"s": "😀"}')]
-    items = await send("anthropic", anthropic_tool_stream(calls), stream=True)
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("api", "ids", "args", "kept"), REPEATED)
+async def test_repeated_and_missing_call_ids_are_renamed_alike_in_deltas_and_answer(
+    api: str, ids: list[str | None], args: list[Any], kept: list[str | None], stream: bool
+) -> None:
+    if api == "anthropic" and not stream:
+        args = [json.loads(a) for a in args]  # unstreamed: the objects
+    body = answer(api, calls=[(i, "f", a) for i, a in zip(ids, args, strict=True)], stop="tool_call")
+    items = await send(api, streamed_form(api, body) if stream else json.dumps(body), stream=stream)
     response = final(items)
-    assert [c.id for c in response.message.tool_calls] == ["toolu_1", "toolu_1_2"]
-    assert [c.args for c in response.message.tool_calls] == [a for _, a in calls]
-    assert accumulated(items) == plain_calls(response)
-
-    blocks = [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}] * 2
-    body = json.dumps({"content": blocks, "stop_reason": "tool_use", "model": "claude-x"})
-    plain = final(await send("anthropic", body, stream=False))
-    assert [c.id for c in plain.message.tool_calls] == ["toolu_1", "toolu_1_2"]
-
-
-async def test_responses_missing_and_repeated_call_ids() -> None:
-    items = [
-        {"type": "function_call", "name": "f", "arguments": '{"n": 18446744073709551617}'},
-        {"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c"},
-        {"type": "function_call", "name": "g", "arguments": "oops", "call_id": "c"},
-    ]
-    streamed = await send("openai-responses", _responses_stream(items), stream=True)
-    response = final(streamed)
-    ids = [c.id for c in response.message.tool_calls]
-    assert ids[0].startswith("call_")
-    assert ids[1:] == ["c", "c_2"]
-    assert accumulated(streamed) == plain_calls(response)
-    body = json.dumps({"id": "resp_1", "status": "completed", "output": items})
-    plain = final(await send("openai-responses", body, stream=False))
-    assert plain_calls(plain) == plain_calls(response)
-
-
-async def test_gemini_repeated_ids_are_renamed_alike_in_deltas_and_response() -> None:
-    parts = [
-        {"functionCall": {"id": "g1", "name": "f", "args": {"n": 123456789012345678901}}},
-        {"functionCall": {"id": "g1", "name": "f", "args": {"s": "𝄞"}}},
-    ]
-    chunks = [{"candidates": [{"content": {"role": "model", "parts": [p]}}]} for p in parts] + [
-        {"candidates": [{"finishReason": "STOP"}]}
-    ]
-    items = await send("gemini", sse(chunks), stream=True)
-    response = final(items)
-    assert [c.id for c in response.message.tool_calls] == ["g1", "g1_2"]
-    assert json.loads(response.message.tool_calls[0].args) == {"n": 123456789012345678901}
-    assert json.loads(response.message.tool_calls[1].args) == {"s": "𝄞"}
-    assert accumulated(items) == plain_calls(response)
-
-
-@pytest.mark.parametrize("index", [0, None])
-async def test_whole_chat_calls_numbered_alike_without_ids_stay_apart(index: int | None) -> None:
-    """Before: a server that streams each call whole under the same `index` (or none) and
-    without an ID had its calls merged into one, `f` with arguments `{"x":1}{}`: the second
-    call was lost and the first could not be read."""
-
-    def whole(name: str, args: str) -> dict[str, Any]:
-        call: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": args}}
-        return call if index is None else {"index": index, **call}
-
-    stream = sse(
-        [
-            chat_chunk({"role": "assistant", "tool_calls": [whole("f", '{"x":1}')]}),
-            chat_chunk({"tool_calls": [whole("g", "{}")]}),
-            chat_chunk({"tool_calls": [whole("g", '{"y": 2}')]}),
-            chat_chunk({}, "tool_calls"),
-            "[DONE]",
-        ]
-    )
-    items = await send("openai-chat", stream, stream=True)
-    calls = final(items).message.tool_calls
-    assert [(c.name, c.args) for c in calls] == [("f", '{"x":1}'), ("g", "{}"), ("g", '{"y": 2}')]
-    assert [(c.name, c.args) for c in accumulated(items)] == [(c.name, c.args) for c in calls]
-    assert len({c.id for c in calls}) == 3
-
-
-async def test_a_chat_call_whose_fragments_repeat_its_name_stays_one_call() -> None:
-    def piece(args: str) -> dict[str, Any]:
-        return {"index": 0, "type": "function", "function": {"name": "f", "arguments": args}}
-
-    stream = sse(
-        [
-            chat_chunk({"role": "assistant", "tool_calls": [{**piece(""), "id": "call_1"}]}),
-            chat_chunk({"tool_calls": [piece('{"a": ')]}),
-            chat_chunk({"tool_calls": [piece('{"b": 1}')]}),
-            chat_chunk({"tool_calls": [piece("}")]}),
-            chat_chunk({}, "tool_calls"),
-            "[DONE]",
-        ]
-    )
-    calls = final(await send("openai-chat", stream, stream=True)).message.tool_calls
-    assert [(c.id, c.args) for c in calls] == [("call_1", '{"a": {"b": 1}}')]
+    got = [c.id for c in response.message.tool_calls]
+    assert [k or g for k, g in zip(kept, got, strict=True)] == got
+    assert all(g.startswith("call_") for k, g in zip(kept, got, strict=True) if k is None)
+    for sent, call in zip(args, response.message.tool_calls, strict=True):
+        assert (json.loads(call.args) if isinstance(sent, dict) else call.args) == sent
+    assert accumulated(items) == plain_calls(response) or not stream
 
 
 @settings(deadline=None)
@@ -327,67 +259,89 @@ def test_chat_tool_call_deltas_add_up_to_the_calls_however_a_server_numbers_them
     assert [(c.name, c.args) for c in accumulated(out)] == calls
 
 
-async def test_a_chat_call_index_sent_as_digits_places_its_fragments() -> None:
-    """Before: an `index` sent as text (`"0"`) placed nothing, so the call's later fragments
-    became a nameless call: a retryable `ResponseFormatError` instead of the answer."""
-    first = {
-        "index": "0",
-        "id": "a",
-        "type": "function",
-        "function": {"name": "f", "arguments": "{"},
-    }
-    stream = sse(
-        [
-            chat_chunk({"role": "assistant", "tool_calls": [first]}),
-            chat_chunk({"tool_calls": [{"index": "0", "function": {"arguments": '"x": 1}'}}]}),
-            chat_chunk({}, "tool_calls"),
-            "[DONE]",
-        ]
-    )
-    calls = final(await send("openai-chat", stream, stream=True)).message.tool_calls
-    assert [(c.id, c.name, c.args) for c in calls] == [("a", "f", '{"x": 1}')]
+def _whole(name: str, args: str, index: int | None) -> dict[str, Any]:
+    call: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": args}}
+    return call if index is None else {"index": index, **call}
 
 
-async def test_a_streamed_legacy_function_call_is_a_call() -> None:
-    """Before: a server speaking the legacy `functions` API streams `delta.function_call`
-    (name, then argument pieces) and `finish_reason: function_call`; the stream read none of
-    it and ended with an empty answer whose finish reason said `tool_call` (the unstreamed
-    answer's `message.function_call` was read)."""
-    fn = {"name": "get_weather", "arguments": ""}
-    stream = sse(
-        [
-            chat_chunk({"role": "assistant", "content": None, "function_call": fn}),
-            chat_chunk({"function_call": {"arguments": '{"city":'}}),
-            chat_chunk({"function_call": {"arguments": ' "Paris"}'}}),
-            chat_chunk({}, "function_call"),
-            "[DONE]",
-        ]
-    )
-    items = await send("openai-chat", stream, stream=True)
+def _piece(args: str, **extra: Any) -> dict[str, Any]:
+    return {"index": 0, "type": "function", "function": {"name": "f", "arguments": args}, **extra}
+
+
+LEGACY = {"name": "get_weather", "arguments": ""}
+CHAT_CALLS: dict[str, tuple[list[Any], list[tuple[str, str, str]]]] = {
+    # a server streaming each call whole under one `index` (or none), without IDs: the calls
+    # were merged into one, `f` with arguments `{"x":1}{}`
+    **{f"whole-index-{index}": (
+        [{"tool_calls": [_whole("f", '{"x":1}', index)]}, {"tool_calls": [_whole("g", "{}", index)]},
+         {"tool_calls": [_whole("g", '{"y": 2}', index)]}],
+        [("", "f", '{"x":1}'), ("", "g", "{}"), ("", "g", '{"y": 2}')],
+    ) for index in (0, None)},
+    "name-repeated": (
+        [{"tool_calls": [_piece("", id="call_1")]}, {"tool_calls": [_piece('{"a": ')]},
+         {"tool_calls": [_piece('{"b": 1}')]}, {"tool_calls": [_piece("}")]}],
+        [("call_1", "f", '{"a": {"b": 1}}')],
+    ),
+    # an `index` sent as text placed nothing: the later fragments were a nameless call
+    "index-as-digits": (
+        [{"tool_calls": [{**_piece("{"), "index": "0", "id": "a"}]},
+         {"tool_calls": [{"index": "0", "function": {"arguments": '"x": 1}'}}]}],
+        [("a", "f", '{"x": 1}')],
+    ),
+    # the legacy `functions` API: `delta.function_call`, `finish_reason: function_call`
+    "legacy-function-call": (
+        [{"content": None, "function_call": LEGACY}, {"function_call": {"arguments": '{"city":'}},
+         {"function_call": {"arguments": ' "Paris"}'}}],
+        [("", "get_weather", '{"city": "Paris"}')],
+    ),
+    # a call of a type golem does not know is skipped (it was a nameless call)
+    "unknown-type": (
+        [{"tool_calls": [{"index": 0, **_FOREIGN}]}, {"tool_calls": [{"index": 0, UNKNOWN: {"more": "x"}}]},
+         {"tool_calls": [{"index": 1, **_CALL, "function": {"name": "look", "arguments": '{"at": '}}]},
+         {"tool_calls": [{"index": 1, "function": {"arguments": '"sky"}'}}]}],
+        [("call_1", "look", '{"at": "sky"}')],
+    ),
+    # a custom tool call (the stream read only `function`: a nameless call)
+    "custom": (
+        [{"tool_calls": [{"index": 0, "id": "call_9", "type": "custom",
+                          "custom": {"name": "sh", "input": "ls "}}]},
+         {"tool_calls": [{"index": 0, "custom": {"input": "-l"}}]}],
+        [("call_9", "sh", "ls -l")],
+    ),
+}
+
+
+@pytest.mark.parametrize(("deltas", "expected"), CHAT_CALLS.values(), ids=list(CHAT_CALLS))
+async def test_a_chat_stream_of_calls_however_sent_gives_them(
+    deltas: list[dict[str, Any]], expected: list[tuple[str, str, str]]
+) -> None:
+    finish = "function_call" if "function_call" in json.dumps(deltas) else "tool_calls"
+    chunks = [chat_chunk({"role": "assistant", **deltas[0]}), *map(chat_chunk, deltas[1:])]
+    items = await send("openai-chat", sse([*chunks, chat_chunk({}, finish)], done=True), stream=True)
     response = final(items)
-    [call] = response.message.tool_calls
-    assert (call.name, call.args) == ("get_weather", '{"city": "Paris"}')
-    assert call.id
+    calls = response.message.tool_calls
+    assert [(i or c.id, c.name, c.args) for (i, _, _), c in zip(expected, calls, strict=True)] == [
+        (c.id, c.name, c.args) for c in calls
+    ]
+    assert [(c.name, c.args) for c in calls] == [(n, a) for _, n, a in expected]
+    summed = accumulated(items)
+    assert [(d.id or c.id, d.name, d.args) for d, c in zip(summed, calls, strict=True)] == [
+        (c.id, c.name, c.args) for c in calls
+    ]
+    assert len({c.id for c in calls}) == len(calls)
     assert response.finish_reason == "tool_call"
-    assert [(c.id, c.name, c.args) for c in accumulated(items)] == [(call.id, call.name, call.args)]
-    body = {
-        "id": "c",
-        "object": "chat.completion",
-        "model": "gpt-4o",
-        "choices": [
-            {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": None,
-                    "function_call": fn | {"arguments": '{"city": "Paris"}'},
-                },
-                "finish_reason": "function_call",
-            }
-        ],
-    }
-    plain = final(await send("openai-chat", json.dumps(body), stream=False))
-    assert [(c.name, c.args) for c in plain.message.tool_calls] == [(call.name, call.args)]
+
+
+async def test_unknown_custom_and_legacy_calls_of_a_plain_chat_answer() -> None:
+    custom = {"id": "call_9", "type": "custom", "custom": {"name": "sh", "input": "ls -l"}}
+    (response,) = await send("openai-chat", _chat_calls_body([_FOREIGN, _CALL, custom]), stream=False)
+    assert isinstance(response, ModelResponse)
+    calls = [(c.id, c.name, c.args) for c in response.message.tool_calls]
+    assert calls == [("call_1", "look", '{"at": "sky"}'), ("call_9", "sh", "ls -l")]
+    legacy = {"role": "assistant", "content": None, "function_call": LEGACY | {"arguments": "{}"}}
+    (response,) = await send("openai-chat", chat_body_of(legacy), stream=False)
+    assert isinstance(response, ModelResponse)
+    assert [(c.name, c.args) for c in response.message.tool_calls] == [("get_weather", "{}")]
 
 
 async def test_responses_calls_named_only_by_item_id_stream_apart() -> None:
@@ -434,48 +388,6 @@ async def test_responses_calls_named_only_by_item_id_stream_apart() -> None:
         == [(c.id, c.args) for c in response.message.tool_calls]
         == [("call_0", '{"x":0}'), ("call_1", '{"x":1}')]
     )
-
-
-def test_there_are_streamed_calls_of_both_apis() -> None:
-    if available():
-        assert {api for api, _ in CALLING} == {"anthropic", "openai-responses"}
-
-
-async def test_a_chat_tool_call_of_an_unknown_type_is_skipped() -> None:
-    # it was a call without a name: a ResponseFormatError that lost the answer
-    (response,) = await send("openai-chat", _chat_calls_body([_FOREIGN, _CALL]), stream=False)
-    assert isinstance(response, ModelResponse)
-    assert [(c.id, c.name) for c in response.message.tool_calls] == [("call_1", "look")]
-
-
-async def test_streamed_fragments_of_a_chat_tool_call_of_an_unknown_type_are_skipped() -> None:
-    events = _chat_chunks(
-        {"index": 0, **_FOREIGN},
-        {"index": 0, UNKNOWN: {"more": "x"}},
-        {"index": 1, **_CALL, "function": {"name": "look", "arguments": '{"at": '}},
-        {"index": 1, "function": {"arguments": '"sky"}'}},
-    )
-    items = await send("openai-chat", [plain(events)], stream=True)
-    response = items[-1]
-    assert isinstance(response, ModelResponse)
-    assert [(c.id, c.name, c.args) for c in response.message.tool_calls] == [
-        ("call_1", "look", '{"at": "sky"}')
-    ]
-    assert [d.index for i in items if isinstance(i, Delta) for d in i.tool_calls] == [0, 0]
-
-
-async def test_a_streamed_custom_tool_call_keeps_its_name_and_input() -> None:
-    # the unstreamed answer read `custom`; the stream read only `function` (a nameless call)
-    events = _chat_chunks(
-        {"index": 0, "id": "call_9", "type": "custom", "custom": {"name": "sh", "input": "ls "}},
-        {"index": 0, "custom": {"input": "-l"}},
-    )
-    items = await send("openai-chat", [plain(events)], stream=True)
-    response = items[-1]
-    assert isinstance(response, ModelResponse)
-    assert [(c.id, c.name, c.args) for c in response.message.tool_calls] == [
-        ("call_9", "sh", "ls -l")
-    ]
 
 
 @pytest.mark.parametrize("api", sorted(NAMELESS))

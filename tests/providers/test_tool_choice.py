@@ -18,6 +18,7 @@ from golem.providers.anthropic import AnthropicModel
 from golem.providers.gemini import GeminiModel
 from golem.providers.openai import OpenAIChatModel
 from tests.support.adapters import body_of
+from tests.support.anthropic import sse, synthesize_stream
 from tests.support.recordings import load, needs_recordings, replay_transport
 
 WEATHER = ToolSpec(
@@ -244,18 +245,22 @@ def test_tool_output_mode_without_function_tools_forces_the_output_tool() -> Non
 
 
 @needs_recordings
-def test_streamed_output_tool_input_arrives_as_text() -> None:
-    from golem.providers.anthropic import parse_response
-    from golem.providers.anthropic._stream import parse_stream, sse_events
-    from tests.support.anthropic import sse, synthesize_stream
-
+async def test_streamed_output_tool_input_arrives_as_text() -> None:
     body = load("anthropic", "test_anthropic_tool_output.yaml")[1].json
-    items = parse_stream(
-        sse_events(sse(*synthesize_stream(body, size=5)).splitlines()), "final_result"
-    )
+    request = ModelRequest(messages=PROMPT, output_schema={"type": "object"})
+
+    def answer(http: httpx.Request) -> httpx.Response:
+        if json.loads(http.content)["stream"]:
+            text = sse(*synthesize_stream(body, size=5))
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, text=text)
+        return httpx.Response(200, json=body)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        model = AnthropicModel("claude-x", api_key="k", http_client=client, output_mode="tool")
+        items = [item async for item in model.generate_stream(request)]
+        assert items[-1] == await model.generate(request)
     final = items[-1]
     assert isinstance(final, ModelResponse)
-    assert final == parse_response(body, "final_result")
     assert final.finish_reason == "stop"
     assert final.message.tool_calls == []
     text = "".join(d.content for d in items[:-1] if not isinstance(d, ModelResponse))

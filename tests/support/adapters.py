@@ -8,7 +8,9 @@ a request with a given body (whole, or in the given pieces) and returns what `ge
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -189,3 +191,16 @@ def assert_deltas_add_up(items: list[Delta | ModelResponse]) -> ModelResponse:
     ]
     assert accumulated(items) == plain_calls(response)
     return response
+
+
+def parsed(api: str, body: Any, *, stream: bool = False) -> ModelResponse:
+    """The answer the `api` adapter makes of `body` (a JSON value sent whole, or, when
+    `stream`, SSE text or `(event, data)` pairs), through its HTTP path."""
+    return final(streamed(api, body) if stream else asyncio.run(send(api, json.dumps(body), stream=False)))
+
+
+def streamed(api: str, events: str | list[tuple[str, str]]) -> list[Delta | ModelResponse]:
+    """What the `api` adapter streams for SSE text or `(event, data)` pairs."""
+    if not isinstance(events, str):
+        events = "".join(f"event: {e}\ndata: {d}\n\n" if e else f"data: {d}\n\n" for e, d in events)
+    return asyncio.run(send(api, events, stream=True))

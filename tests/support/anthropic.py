@@ -56,10 +56,6 @@ def message_interactions() -> list[Interaction]:
     return [it for it in all_interactions(API) if it.uri.startswith(MESSAGES_URI)]
 
 
-def interaction_id(it: Interaction) -> str:
-    return f"{it.cassette.removesuffix('.yaml')}#{it.index}"
-
-
 def scripted_transport(
     answers: list[dict[str, Any]],
     seen: list[dict[str, Any]],
@@ -89,10 +85,6 @@ async def model_on(
     kwargs.setdefault("api_key", "test-key")
     async with httpx.AsyncClient(transport=transport) as client:
         yield AnthropicModel(kwargs.pop("model", "claude-test"), http_client=client, **kwargs)
-
-
-def handler_transport(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.MockTransport:
-    return httpx.MockTransport(handler)
 
 
 def sse(*events: dict[str, Any]) -> str:

@@ -126,3 +126,124 @@ def anthropic_tool_stream(calls: list[tuple[str, str]], stop: str = "tool_use") 
     events.append({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {}})
     events.append({"type": "message_stop"})
     return sse(events, named=True)
+
+
+STOPS = {
+    "openai-chat": {"stop": "stop", "tool_call": "tool_calls", "length": "length"},
+    "openai-responses": {"stop": "completed", "tool_call": "completed", "length": "max_output_tokens"},
+    "anthropic": {"stop": "end_turn", "tool_call": "tool_use", "length": "max_tokens"},
+    "gemini": {"stop": "STOP", "tool_call": "STOP", "length": "MAX_TOKENS"},
+}
+"""Each API's word for a stop golem knows."""
+
+
+def answer(
+    api: str,
+    text: str = "",
+    calls: list[tuple[str | None, str, Any]] = (),  # type: ignore[assignment]
+    stop: str | None = "stop",
+    usage: tuple[Any, Any] | None = (10, 16),
+) -> dict[str, Any]:
+    """A plain answer of `api`: `text`, then `calls` (`(id or None, name, arguments)`, the
+    arguments a JSON text or, for Anthropic and Gemini, an object), stopped for `stop` (a
+    golem finish reason `STOPS` names, else the API's own word; None: no reason) with `usage`
+    (input and output counts, as the API writes them; None: none)."""
+    reason = STOPS[api].get(stop or "", stop)
+    if api == "openai-chat":
+        message: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if calls:
+            message["tool_calls"] = [
+                {"type": "function", "function": {"name": n, "arguments": a}, **_id("id", i)}
+                for i, n, a in calls
+            ]
+        body: dict[str, Any] = {"id": "c", "object": "chat.completion", "model": "gpt-4o"}
+        body["choices"] = [{"index": 0, "message": message, "finish_reason": reason}]
+        if usage:
+            body["usage"] = {"prompt_tokens": usage[0], "completion_tokens": usage[1]}
+        return body
+    if api == "openai-responses":
+        output: list[dict[str, Any]] = []
+        if text:
+            content = [{"type": "output_text", "text": text, "annotations": []}]
+            output.append({"type": "message", "id": "msg_1", "role": "assistant", "content": content})
+        output += [
+            {"type": "function_call", "name": n, "arguments": a, **_id("call_id", i)}
+            for i, n, a in calls
+        ]
+        body = {**RESPONSE, "model": "gpt-4o", "status": "completed", "output": output}
+        if reason not in (None, "completed"):
+            body |= {"status": "incomplete", "incomplete_details": {"reason": reason}}
+        if usage:
+            body["usage"] = {"input_tokens": usage[0], "output_tokens": usage[1]}
+        return body
+    if api == "anthropic":
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        blocks += [{"type": "tool_use", "name": n, "input": a, **_id("id", i)} for i, n, a in calls]
+        body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x"}
+        body |= {"content": blocks, "stop_reason": reason}
+        if usage:
+            body["usage"] = {"input_tokens": usage[0], "output_tokens": usage[1]}
+        return body
+    parts: list[dict[str, Any]] = [{"text": text}] if text else []
+    parts += [{"functionCall": {"name": n, "args": a, **_id("id", i)}} for i, n, a in calls]
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}}
+    if reason:
+        candidate["finishReason"] = reason
+    body = {"candidates": [candidate], "modelVersion": "gemini-x"}
+    if usage:
+        body["usageMetadata"] = {"promptTokenCount": usage[0], "candidatesTokenCount": usage[1]}
+    return body
+
+
+def _id(key: str, value: str | None) -> dict[str, str]:
+    return {} if value is None else {key: value}
+
+
+def streamed_form(api: str, body: dict[str, Any]) -> str:
+    """The SSE stream `api` sends for the plain answer `body` (text and arguments whole)."""
+    if api == "gemini":
+        return sse([body])
+    if api == "openai-chat":
+        choice = body["choices"][0]
+        message, chunks = choice["message"], []
+        if message.get("content"):
+            chunks.append(chat_chunk({"role": "assistant", "content": message["content"]}))
+        for k, call in enumerate(message.get("tool_calls") or []):
+            chunks.append(chat_chunk({"tool_calls": [{**call, "index": k}]}))
+        chunks.append(chat_chunk({}, choice["finish_reason"]))
+        if body.get("usage"):
+            chunks.append({**chat_chunk({}), "choices": [], "usage": body["usage"]})
+        return sse(chunks, done=True)
+    if api == "anthropic":
+        start = {**body, "content": [], "stop_reason": None}
+        events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+        for k, block in enumerate(body["content"]):
+            empty = {**block, "text": ""} if block["type"] == "text" else {**block, "input": {}}
+            events.append({"type": "content_block_start", "index": k, "content_block": empty})
+            if block["type"] == "text":
+                delta = {"type": "text_delta", "text": block["text"]}
+            else:
+                arguments = block["input"] if isinstance(block["input"], str) else json.dumps(block["input"])
+                delta = {"type": "input_json_delta", "partial_json": arguments}
+            events.append({"type": "content_block_delta", "index": k, "delta": delta})
+            events.append({"type": "content_block_stop", "index": k})
+        end = {"stop_reason": body["stop_reason"]}
+        events.append({"type": "message_delta", "delta": end, "usage": body.get("usage") or {}})
+        return sse([*events, {"type": "message_stop"}], named=True)
+    events = [{"type": "response.created", "response": {**body, "status": "in_progress", "output": []}}]
+    for k, item in enumerate(body["output"]):
+        blank = {**item, "arguments": ""} if item["type"] == "function_call" else {**item, "content": []}
+        events.append({"type": "response.output_item.added", "output_index": k, "item": blank})
+        if item["type"] == "function_call":
+            kind, extra = "response.function_call_arguments.delta", {"delta": item["arguments"]}
+        else:
+            kind, extra = "response.output_text.delta", {"content_index": 0, "delta": item["content"][0]["text"]}
+        events.append({"type": kind, "output_index": k, **_id("item_id", item.get("id")), **extra})
+    terminal = {"completed": "response.completed", "incomplete": "response.incomplete"}
+    return sse([*events, {"type": terminal.get(body["status"], "response.failed"), "response": body}], named=True)
+
+
+async def answered(api: str, body: dict[str, Any], *, stream: bool) -> ModelResponse:
+    """What the adapter makes of the plain answer `body`, sent whole or in its streamed form."""
+    text = streamed_form(api, body) if stream else json.dumps(body)
+    return final(await send(api, text, stream=stream))

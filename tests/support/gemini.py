@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from golem.providers.gemini import GeminiModel
-from tests.support.recordings import Interaction, all_interactions, load
+from tests.support.recordings import Interaction, load
 
 API = "gemini"
 
@@ -37,10 +37,6 @@ def is_generate(it: Interaction) -> bool:
     return "/v1beta/models/" in path and path.endswith(
         (":generateContent", ":streamGenerateContent")
     )
-
-
-def generate_interactions() -> list[Interaction]:
-    return [it for it in all_interactions(API) if is_generate(it)]
 
 
 def recorded(name: str, index: int) -> Interaction:

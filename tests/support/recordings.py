@@ -146,3 +146,37 @@ def replay_transport(
         return httpx.Response(it.status, headers=headers, content=it.body.encode())
 
     return httpx.MockTransport(handler)
+
+
+def interaction_id(it: Interaction) -> str:
+    return f"{it.cassette.removesuffix('.yaml')}#{it.index}"
+
+
+def _is_answer(api: str, it: Interaction) -> bool:
+    path = it.uri.split("?", 1)[0]
+    if api == "openai-chat":
+        return path.endswith("/chat/completions")
+    if api == "anthropic":
+        host = path.startswith("https://api.anthropic.com/")  # errors of any endpoint
+        return path == "https://api.anthropic.com/v1/messages" or (host and it.status != 200)
+    if api == "gemini":
+        return "/v1beta/models/" in path and path.endswith(
+            (":generateContent", ":streamGenerateContent")
+        )
+    if "/responses" not in path or it.status != 200:
+        return "/responses" in path
+    if it.is_stream:
+        return "response.completed" in it.body
+    return isinstance(it.json, dict) and it.json.get("status") == "completed"
+
+
+def answers(api: str, *, ok: bool = True) -> list[Interaction]:
+    """The recorded model calls of `api` answered with 200 (`ok`) or with an error; other
+    endpoints and background polling left out."""
+    if not available(api):
+        return []
+    return [
+        it
+        for it in all_interactions(api)
+        if _is_answer(api, it) and (it.status == 200) is ok
+    ]
