@@ -32,12 +32,11 @@ from golem.providers._jsonio import (
     usage_of,
 )
 from golem.providers.gemini._errors import error_from_payload
-from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
+from golem.providers.gemini._wire import SERVER_PARTS, SYNTHETIC_ID_PREFIX
 from golem.usage import Usage
 
 __all__ = [
     "PROVIDER",
-    "SERVER_PARTS",
     "ResponseBuilder",
     "finish_reason",
     "parse_response",
@@ -45,14 +44,6 @@ __all__ = [
 ]
 
 PROVIDER = "gemini"
-SERVER_PARTS: dict[str, str] = {
-    "executableCode": "code_execution",
-    "codeExecutionResult": "code_execution",
-    "toolCall": "",
-    "toolResponse": "",
-}
-"""Keys of the parts a server-side tool produces, and the tool's name (for `toolCall` /
-`toolResponse`, their `toolType`, lower-cased)."""
 _METADATA = ("groundingMetadata", "urlContextMetadata")
 _METADATA_KEYS = frozenset(
     ("thought", "thoughtSignature", "partMetadata", "videoMetadata", "mediaResolution")

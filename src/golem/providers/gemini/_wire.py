@@ -24,12 +24,22 @@ from golem.providers._jsonio import args_object, base64_bytes, given
 __all__ = [
     "DUMMY_SIGNATURE",
     "EMPTY_PROMPT_TEXT",
+    "SERVER_PARTS",
     "SYNTHETIC_ID_PREFIX",
     "build_request_body",
     "deep_merge",
     "function_calling_config",
     "supports_json_output_with_tools",
 ]
+
+SERVER_PARTS: dict[str, str] = {
+    "executableCode": "code_execution",
+    "codeExecutionResult": "code_execution",
+    "toolCall": "",
+    "toolResponse": "",
+}
+"""Keys of the parts a server-side tool produces, and the tool's name (for `toolCall` /
+`toolResponse`, their `toolType`, lower-cased)."""
 
 SYNTHETIC_ID_PREFIX = "gemini_"
 """Prefix of the call IDs this adapter makes up for function calls Gemini sent without one."""
@@ -234,7 +244,7 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
             text_part["thoughtSignature"] = text_signatures[0]
     # Gemini's own server-side tool parts (grounding and URL-context metadata are no parts:
     # the API takes them in no request)
-    server = own_blocks(m, "gemini", _SERVER_PARTS.__contains__)
+    server = own_blocks(m, "gemini", SERVER_PARTS.__contains__)
     if server and m.content:
         parts.extend(_interleaved(m, server, text_part))
     elif text_part is not None and m.content:
@@ -259,9 +269,6 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
     if text_part is not None and not m.content:
         parts.append(text_part)  # a signature-only text part, as Gemini sends it
     return parts
-
-
-_SERVER_PARTS = frozenset(("executableCode", "codeExecutionResult", "toolCall", "toolResponse"))
 
 
 def _interleaved(
