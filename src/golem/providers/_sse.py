@@ -21,6 +21,7 @@ __all__ = [
     "WholeBody",
     "deltas_in",
     "iter_sse",
+    "replay",
     "sse_block",
     "sse_events",
 ]
@@ -193,3 +194,14 @@ class EventParser(Protocol):
 def deltas_in(fed: Delta | list[Delta] | None) -> Sequence[Delta]:
     """What `EventParser.feed` returned, as a sequence of deltas."""
     return fed if isinstance(fed, list) else () if fed is None else (fed,)
+
+
+def replay(parser: EventParser, events: Iterable[tuple[str, str]]) -> list[Delta | ModelResponse]:
+    """Feed a whole recorded stream to `parser`: its deltas in order, then the final response."""
+    out: list[Delta | ModelResponse] = []
+    for event, data in events:
+        out.extend(deltas_in(parser.feed(event, data)))
+        if parser.done:
+            break
+    out.append(parser.response())
+    return out

@@ -11,7 +11,11 @@ import httpx
 from golem.model import ModelRequest, ModelResponse
 from golem.providers._client import HTTPModel, api_key_from_env
 from golem.providers.anthropic._response import parse_response
-from golem.providers.anthropic._stream import StreamParser
+from golem.providers.anthropic._stream import (  # noqa: F401  (importable here, not public)
+    StreamParser,
+    parse_stream,
+    sse_events,
+)
 from golem.providers.anthropic._wire import (
     API_VERSION,
     DEFAULT_BASE_URL,

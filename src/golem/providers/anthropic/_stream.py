@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from golem.errors import ProviderConnectionError, ProviderError
@@ -11,6 +11,7 @@ from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import TextRuns, unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import object_text, parse_event_data, text_of
+from golem.providers._sse import replay, sse_events
 from golem.providers.anthropic._errors import error_from_event
 from golem.providers.anthropic._response import (
     RawArgs,
@@ -23,7 +24,7 @@ from golem.providers.anthropic._response import (
 )
 from golem.providers.anthropic._wire import PROVIDER
 
-__all__ = ["StreamParser"]
+__all__ = ["StreamParser", "parse_stream", "sse_events"]
 
 
 class StreamParser:
@@ -282,3 +283,10 @@ def _json_or_text(text: str) -> Any:
         return json.loads(text)
     except (ValueError, RecursionError):
         return text
+
+
+def parse_stream(
+    events: Iterable[tuple[str, str]], output_tool: str = ""
+) -> list[Delta | ModelResponse]:
+    """Parse a whole recorded stream: its deltas in order, then the final response."""
+    return replay(StreamParser(output_tool), events)

@@ -14,7 +14,11 @@ from golem.model import ModelRequest, ModelResponse
 from golem.providers._client import HTTPModel, api_key_from_env
 from golem.providers.gemini._errors import PROVIDER, error_from_http
 from golem.providers.gemini._response import parse_response
-from golem.providers.gemini._stream import StreamParser
+from golem.providers.gemini._stream import (  # noqa: F401  (importable here, not public)
+    StreamParser,
+    parse_stream,
+    sse_events,
+)
 from golem.providers.gemini._wire import build_request_body, supports_json_output_with_tools
 
 __all__ = ["DEFAULT_BASE_URL", "GeminiModel"]

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from typing import cast
 
 from golem.errors import ProviderConnectionError, ResponseFormatError
 from golem.model import Delta, ModelResponse
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_json_body
+from golem.providers._sse import replay, sse_events
 from golem.providers.gemini._errors import PROVIDER, error_from_payload
 from golem.providers.gemini._response import ResponseBuilder
 
-__all__ = ["StreamParser"]
+__all__ = ["StreamParser", "parse_stream", "sse_events"]
 
 
 class StreamParser:
@@ -49,6 +52,12 @@ class StreamParser:
             error.usage = self._builder.usage()
             raise error
         return self._builder.response()
+
+
+def parse_stream(events: Iterable[tuple[str, str]]) -> tuple[list[Delta], ModelResponse]:
+    """Parse a whole recorded stream: every delta in order, then the final response."""
+    *deltas, response = replay(StreamParser(), events)
+    return cast(list[Delta], deltas), cast(ModelResponse, response)
 
 
 def json_chunks(text: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from golem.errors import ProviderConnectionError
@@ -10,6 +10,7 @@ from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import replay_deltas, unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_event_data, text_of
+from golem.providers._sse import replay, sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._responses_wire import (
     PROVIDER,
@@ -19,7 +20,7 @@ from golem.providers.openai._responses_wire import (
     reasoning_block,
 )
 
-__all__ = ["ResponsesStreamParser"]
+__all__ = ["ResponsesStreamParser", "parse_responses_stream"]
 
 _NOTHING = object()
 """No text delta yet."""
@@ -268,3 +269,8 @@ def _key(event: Mapping[str, Any]) -> int | str:
 def _index(event: Mapping[str, Any]) -> int:
     index = event.get("output_index")
     return index if isinstance(index, int) else -1
+
+
+def parse_responses_stream(lines: Iterable[str]) -> list[Delta | ModelResponse]:
+    """Parse a whole recorded stream (its raw lines): the deltas in order, then the response."""
+    return replay(ResponsesStreamParser(), sse_events(lines))

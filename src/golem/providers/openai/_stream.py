@@ -12,6 +12,7 @@ from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
 from golem.providers._answers import unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import args_json, dig, parse_event_data, usage_of
+from golem.providers._sse import replay, sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
     CHAT_USAGE,
@@ -25,7 +26,7 @@ from golem.providers.openai._wire import (
 )
 from golem.usage import Usage
 
-__all__ = ["ChatStreamParser"]
+__all__ = ["ChatStreamParser", "parse_stream_text", "sse_events"]
 
 
 @dataclass(slots=True)
@@ -77,6 +78,10 @@ class ChatStreamParser:
         chunk = parse_event_data(PROVIDER, data)
         if chunk is None:  # an event without data (a proxy's keep-alive) carries nothing
             return None
+        return self.feed_chunk(chunk)
+
+    def feed_chunk(self, chunk: dict[str, Any]) -> Delta | None:
+        """Consume one decoded chunk object; see `feed`."""
         if chunk.get("error") or chunk.get("object") == "error":
             raise self._failed(error_from_payload(chunk))
         model = chunk.get("model")
@@ -266,3 +271,10 @@ def _error_event(data: str) -> dict[str, Any]:
     if isinstance(payload, dict):
         return payload if "error" in payload else {"error": payload}
     return {"error": {"message": str(payload)}}
+
+
+def parse_stream_text(
+    text: str, *, reasoning_field: str | None = None
+) -> list[Delta | ModelResponse]:
+    """Parse a whole SSE body: the deltas in order, then the final response."""
+    return replay(ChatStreamParser(reasoning_field=reasoning_field), sse_events(text.splitlines()))
