@@ -15,11 +15,15 @@ from tests.support.durable.backends import Backend
 def corrupt(backend: Backend, table: str, column: str, value: str, run_id: str) -> None:
     """Write `value` (SQL) into `table.column` of run `run_id`, behind the store's back."""
     key = "id" if table == "golem_runs" else "run_id"
-    sql = f"UPDATE {table} SET {column} = {value} WHERE {key} = %s"
+    behind_the_back(backend, f"UPDATE {table} SET {column} = {value} WHERE {key} = %s", run_id)
+
+
+def behind_the_back(backend: Backend, sql: str, *params: str) -> None:
+    """Run `sql` (`%s` placeholders) on `backend`'s database, not through a store."""
     if backend.kind == "sqlite":
         assert backend.path is not None
         with contextlib.closing(sqlite3.connect(backend.path)) as db:
-            db.execute(sql.replace("%s", "?"), (run_id,))
+            db.execute(sql.replace("%s", "?"), params)
             db.commit()
         return
     import psycopg
@@ -27,7 +31,7 @@ def corrupt(backend: Backend, table: str, column: str, value: str, run_id: str) 
     assert backend.dsn is not None
     with psycopg.connect(backend.dsn, autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{backend.schema}"')
-        conn.execute(sql.encode(), (run_id,))  # type: ignore[call-overload]
+        conn.execute(sql.encode(), params)  # type: ignore[call-overload]
 
 
 class LostAnswers:

@@ -20,13 +20,13 @@ __all__ = [
     "RESPONSES_IMAGE_PREFIX",
     "RESPONSES_REASONING_PREFIX",
     "RUN_SEPARATOR",
-    "deltas_of",
+    "TextRuns",
     "finish_of",
     "in_order",
     "named_calls",
     "own_blocks",
     "refuse_no_answer",
-    "replay_delta",
+    "replay_deltas",
     "run_start",
     "unique_call_id",
     "unique_calls",
@@ -61,6 +61,30 @@ model's pictures) to an API that refuses media in assistant turns (ADR 0060)."""
 
 RUN_SEPARATOR = "\n\n"
 """Joins text runs that a provider's server-side tool blocks separate (ADR 0018, 0028)."""
+
+
+class TextRuns:
+    """An answer's text as it arrives, in runs that server-side blocks split: `add` puts
+    `RUN_SEPARATOR` before a piece that follows a block (`separated`) after earlier text."""
+
+    __slots__ = ("length", "parts", "separated", "texted")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.length = 0
+        self.separated = False  # a server-side block came since the last text
+        self.texted = False  # some text came
+
+    def add(self, piece: str, *, empty_joins: bool = False) -> str:
+        """Add `piece` (`empty_joins`: an empty one still ends the block's separation, and
+        gets the separator); return it as added."""
+        if self.separated and self.texted and (piece or empty_joins):
+            piece = RUN_SEPARATOR + piece
+        self.separated = self.separated and not (piece or empty_joins)
+        self.texted = self.texted or bool(piece)
+        self.parts.append(piece)
+        self.length += len(piece)
+        return piece
 
 
 def run_start(content: str, pos: int) -> int:
@@ -164,30 +188,6 @@ def refuse_no_answer(provider: str, response: ModelResponse, reason: str) -> Mod
     raise error
 
 
-def deltas_of(response: ModelResponse) -> list[Delta]:
-    """Deltas that replay a complete response (for a server that ignores `stream: true`)."""
-    m = response.message
-    out: list[Delta] = []
-    if m.thinking:
-        out.append(
-            Delta(thinking=[ThinkingDelta(index=i, text=t.text) for i, t in enumerate(m.thinking)])
-        )
-    if m.content:
-        out.append(Delta(content=m.content))
-    if m.tool_calls:
-        out.append(
-            Delta(
-                tool_calls=[
-                    ToolCallDelta(
-                        index=i, id=c.id, name=c.name, args_fragment=c.args, signature=c.signature
-                    )
-                    for i, c in enumerate(m.tool_calls)
-                ]
-            )
-        )
-    return out
-
-
 def with_block(message: Message, provider: str, kind: str, raw: Any, **names: str) -> Message:
     """`message` with a `ServerToolBlock` of `raw` kept at its end (`names`: `id`, `name`)."""
     block = ServerToolBlock(
@@ -201,23 +201,24 @@ def with_block(message: Message, provider: str, kind: str, raw: Any, **names: st
     return replace(message, server_tools=[*message.server_tools, block])
 
 
-def replay_delta(response: ModelResponse, *, signatures: bool = True) -> Delta | None:
-    """One delta replaying a whole response (its thinking, with their signatures when
-    `signatures`, text and tool calls); None when it has none of them."""
+def replay_deltas(
+    response: ModelResponse, *, signatures: bool = True, apart: bool = False
+) -> list[Delta]:
+    """Deltas replaying a whole response: its thinking (signed when `signatures`), text and
+    tool calls in one delta, or `apart` in one each; none when it has none of them."""
     m = response.message
-    if not (m.content or m.thinking or m.tool_calls):
-        return None
-    return Delta(
-        content=m.content,
-        thinking=[
-            ThinkingDelta(i, text=t.text, signature=t.signature if signatures else "")
-            for i, t in enumerate(m.thinking)
-        ],
-        tool_calls=[
-            ToolCallDelta(i, id=c.id, name=c.name, args_fragment=c.args, signature=c.signature)
-            for i, c in enumerate(m.tool_calls)
-        ],
-    )
+    thinking = [
+        ThinkingDelta(i, text=t.text, signature=t.signature if signatures else "")
+        for i, t in enumerate(m.thinking)
+    ]
+    calls = [
+        ToolCallDelta(i, id=c.id, name=c.name, args_fragment=c.args, signature=c.signature)
+        for i, c in enumerate(m.tool_calls)
+    ]
+    if apart:
+        deltas = (Delta(thinking=thinking), Delta(content=m.content), Delta(tool_calls=calls))
+        return [d for d in deltas if d != Delta()]
+    return [Delta(m.content, thinking, calls)] if m.content or thinking or calls else []
 
 
 def finish_of(table: dict[str, FinishReason], value: Any) -> FinishReason:

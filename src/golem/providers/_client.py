@@ -22,7 +22,7 @@ from golem.errors import (
     ResponseFormatError,
 )
 from golem.model import Delta, ModelRequest, ModelResponse
-from golem.providers._answers import deltas_of
+from golem.providers._answers import replay_deltas
 from golem.providers._errors import (
     STREAM_ENDED,
     RequestTag,
@@ -72,7 +72,19 @@ class HTTPModel:
     """A stream answered with one JSON body is `_parse`d and replayed as deltas (else the
     stream parser is fed the body)."""
 
-    def _setup(self, model: str, http_client: httpx.AsyncClient | None, timeout: float) -> None:
+    def _setup(
+        self,
+        model: str,
+        http_client: httpx.AsyncClient | None,
+        timeout: float,
+        max_tokens: int | None,
+        unit: str = "",
+    ) -> None:
+        """Check the settings every adapter takes (`unit` names the timeout's), and keep them."""
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive{unit}, got {timeout}")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
         self.model = model
         self._timeout = httpx.Timeout(timeout)
         self._clients = LoopBoundClient(http_client, timeout)
@@ -208,7 +220,7 @@ class HTTPModel:
                         ) from exc
                 if text is not None and whole is not None:
                     final = whole(text)
-                    for replayed in deltas_of(final):
+                    for replayed in replay_deltas(final, signatures=False, apart=True):
                         yield replayed
                     yield final
                     return

@@ -28,6 +28,7 @@ __all__ = [
     "code_status",
     "error_details",
     "error_from_response",
+    "error_object",
     "raise_for_status",
     "read_error_body",
     "request_id_of",
@@ -41,7 +42,7 @@ def error_from_response(
     provider's error type, code and request ID (`error_details`)."""
     body = body[:MAX_ERROR_BODY]
     details = error_details(body, headers)
-    _, err = _error_object(body)
+    _, err = error_object(body)
     detail = _error_text(body, err)
     request = details["request_id"] and f"request {details['request_id']}"
     tags = ", ".join(filter(None, (details["error_type"], details["error_code"], request)))
@@ -70,7 +71,7 @@ def error_details(body: str, headers: httpx.Headers) -> dict[str, str]:
     the error object's `type` (Gemini: `status`) and `code` (Gemini: the `reason` of an
     `ErrorInfo` detail; never a bare HTTP status), the `x-request-id` / `request-id` header
     or the body's `request_id`."""
-    data, err = _error_object(body)
+    data, err = error_object(body)
     kind = code = ""
     if err is not None:
         kind = _text(err.get("type")) or _text(err.get("status"))
@@ -88,7 +89,7 @@ def error_details(body: str, headers: httpx.Headers) -> dict[str, str]:
     return {"error_type": kind, "error_code": code, "request_id": request_id}
 
 
-def _error_object(body: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def error_object(body: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The parsed body and its error object (the body itself when it has no `error` object),
     when the body is JSON (a list's first item for Gemini's `[{"error": ...}]`)."""
     if not body.lstrip().startswith(("{", "[")):
@@ -126,7 +127,7 @@ def _error_text(body: str, err: dict[str, Any] | None) -> str:
         msg = err.get("message")
         if isinstance(msg, str):
             return msg[:2000]
-    data, _ = _error_object(body)
+    data, _ = error_object(body)
     if data is not None and isinstance(data.get("error"), str):
         return str(data["error"])[:2000]
     text = body.strip()

@@ -13,7 +13,7 @@ from golem.model import (
     ModelResponse,
     StreamingModel,
 )
-from golem.providers._answers import replay_delta
+from golem.providers._answers import replay_deltas
 from golem.usage import Usage
 
 __all__ = ["FallbackModel", "model_label"]
@@ -150,7 +150,6 @@ async def _stream_of(model: Model, request: ModelRequest) -> AsyncIterator[Delta
             yield item
         return
     response = await model.generate(request)
-    delta = replay_delta(response)
-    if delta is not None:
+    for delta in replay_deltas(response):
         yield delta
     yield response

@@ -4,6 +4,8 @@ arguments, usage counts."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import re
@@ -18,6 +20,8 @@ from golem.usage import Usage
 __all__ = [
     "MAX_TOKEN_COUNT",
     "args_json",
+    "args_object",
+    "base64_bytes",
     "dig",
     "given",
     "int_of",
@@ -35,21 +39,21 @@ __all__ = [
 ]
 
 
-_RAW_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def raw_json(value: Any) -> str:
     """A provider object as the compact JSON text kept in `Citation.raw` / `ServerToolBlock.raw`
     (numbers past a float's range or `int()`'s digit limit written as `args_json` writes them)."""
-    return args_json(value, _RAW_ENCODER)
+    return args_json(value)
 
 
 _HUGE = {"\x00+\x00": "1e999", "\x00-\x00": "-1e999", "\x00n\x00": "null"}
 
 
-def args_json(value: Any, encoder: json.JSONEncoder) -> str:
-    """Tool-call arguments that arrived as a JSON value, as JSON text (`encoder` must refuse
-    NaN and infinities: `allow_nan=False`)."""
+def args_json(value: Any, encoder: json.JSONEncoder = _COMPACT) -> str:
+    """Tool-call arguments that arrived as a JSON value, as JSON text (compact by default;
+    `encoder` must refuse NaN and infinities: `allow_nan=False`)."""
     try:
         return encoder.encode(value)
     except (ValueError, TypeError):
@@ -81,6 +85,27 @@ def object_text(value: Any) -> str | None:
     if isinstance(value, str) and value.lstrip().startswith("{") and json_object(value):
         return value
     return None
+
+
+def args_object(raw: str, *, strict: bool = False) -> dict[str, Any]:
+    """The arguments object sent for raw tool-call arguments: text that is no JSON object is
+    wrapped as `{"truncated_args": raw}`; blank text is `{}` unless `strict` (which also
+    refuses NaN and infinities)."""
+    if not strict and not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw, parse_constant=_refuse_constant if strict else None)
+    except (ValueError, RecursionError):
+        value = None
+    return value if isinstance(value, dict) else {"truncated_args": raw}
+
+
+def base64_bytes(text: str, altchars: bytes | None = None) -> bytes | None:
+    """The bytes of strict base64 `text` (`altchars`: the two characters for `+/`), or None."""
+    try:
+        return base64.b64decode(text, altchars, validate=True)
+    except (binascii.Error, ValueError):
+        return None
 
 
 def json_object(raw: str) -> dict[str, Any] | None:

@@ -32,68 +32,78 @@ MAX_BODY = 256 * 1024 * 1024
 it the answer is refused rather than read into memory without end."""
 
 
+class _Reader:
+    """The `(event, data)` pairs of an event stream's text, fed in pieces (CR, LF or CRLF
+    line ends; a BOM first): `feed` gives the events each piece completes, `close` the rest."""
+
+    def __init__(self, provider: str | None) -> None:
+        self.provider = provider
+        self.buffer = ""
+        self.head = ""  # the stream's first line, to quote when it holds no event
+        self.cr = False  # the last piece ended in "\r": the next may start with its "\n"
+        self.start = True  # no text yet: a BOM may come first
+
+    def feed(self, text: str) -> list[tuple[str, str]]:
+        if self.start and text:
+            self.start = False
+            text = text.removeprefix("\ufeff")
+        if self.cr:
+            text, self.cr = "\r" + text, False
+        if "\r" in text:
+            if text.endswith("\r"):
+                text, self.cr = text[:-1], True
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if not text:
+            return []
+        if len(self.head) < 200 and "\n" not in self.head:  # until the first line is whole
+            self.head += text[:200]
+        # only the new text (and the newline before it) can complete an event
+        complete = "\n\n" in text or (text[0] == "\n" and self.buffer.endswith("\n"))
+        self.buffer += text
+        if not complete:
+            if len(self.buffer) > MAX_BODY:
+                raise ResponseFormatError(
+                    f"{self.provider} sent a stream event longer than {MAX_BODY} bytes",
+                    provider=self.provider or "",
+                )
+            return []
+        *blocks, self.buffer = self.buffer.split("\n\n")
+        return [item for item in map(sse_block, blocks) if item is not None]
+
+    def close(self, rest: str = "") -> list[tuple[str, str]]:
+        """The events left at the end (`rest`: the decoder's last text); a last event
+        without its blank line is kept when whole (`_whole`)."""
+        self.buffer += rest + ("\n" if self.cr else "")  # a final "\r" ends a line
+        *blocks, self.buffer = self.buffer.split("\n\n")
+        items = [item for item in map(sse_block, blocks) if item is not None]
+        last = _whole(sse_block(self.buffer.strip("\n"))) if self.buffer.strip("\n") else None
+        return items if last is None else [*items, last]
+
+
 async def iter_sse(
     response: httpx.Response, provider: str | None = None
 ) -> AsyncIterator[tuple[str, str]]:
     """Yield `(event, data)` for each server-sent event of a streaming response."""
-    head = ""  # the stream's first line, to quote when it holds no event
-    heading = True
+    reader = _Reader(provider)
     yielded = False
-    buffer = ""
-    cr = False  # the last chunk ended in "\r": the next may start with its "\n"
-    start = True  # no text yet: a BOM may come first
     # an event stream is UTF-8 whatever charset the header declares (the SSE standard);
     # the decoder keeps a character cut between chunks for the next one
     decode = codecs.getincrementaldecoder("utf-8")("replace").decode
     async for chunk in response.aiter_bytes():
-        text = decode(chunk)
-        if start and text:
-            start = False
-            if text[0] == "\ufeff":
-                text = text[1:]
-        if cr:
-            text, cr = "\r" + text, False
-        if "\r" in text:
-            if text.endswith("\r"):
-                text, cr = text[:-1], True
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
-        if not text:
-            continue
-        if heading:  # until the first line is whole
-            head += text[:200]
-            heading = len(head) < 200 and "\n" not in head
-        # only the new text (and the newline before it) can complete an event
-        complete = "\n\n" in text or (text[0] == "\n" and buffer.endswith("\n"))
-        buffer += text
-        if not complete:
-            if len(buffer) > MAX_BODY:
-                raise ResponseFormatError(
-                    f"{provider} sent a stream event longer than {MAX_BODY} bytes",
-                    provider=provider or "",
-                )
-            continue
-        *blocks, buffer = buffer.split("\n\n")
-        for block in blocks:
-            item = sse_block(block)
-            if item is not None:
-                yielded = True
-                yield item
-    buffer += decode(b"", True)  # a character the stream cut off: U+FFFD
-    if cr:  # the stream ended in "\r": a line ending
-        buffer += "\n"
-    *blocks, buffer = buffer.split("\n\n")
-    for block in blocks:
-        item = sse_block(block)
-        if item is not None:
+        for item in reader.feed(decode(chunk)):
             yielded = True
             yield item
-    if buffer.strip("\n"):
-        item = _whole(sse_block(buffer.strip("\n")))
-        if item is not None:
-            yield item
-            return
-    if provider and not yielded and head.strip() and not _SSE_START.match(head.lstrip("\n")):
-        _refuse_no_stream(provider, head, buffer)
+    rest = reader.close(decode(b"", True))  # a character the stream cut off: U+FFFD
+    for item in rest:
+        yield item
+    head = reader.head
+    if (
+        provider
+        and not (yielded or rest)
+        and head.strip()
+        and not _SSE_START.match(head.lstrip("\n"))
+    ):
+        _refuse_no_stream(provider, head, reader.buffer)
 
 
 def _refuse_no_stream(provider: str, head: str, rest: str) -> None:
@@ -128,11 +138,8 @@ _SSE_START = re.compile(r"(?:data|event|id|retry)(?::|\n|$)|:")
 
 
 def _whole(item: tuple[str, str] | None) -> tuple[str, str] | None:
-    """The event the stream ended in, without the blank line that ends an event: kept when
-    its data is whole (JSON, or Chat Completions' `[DONE]`), dropped when it was cut off
-    (the SSE standard drops any such event; a lenient reader keeps a whole one). A cut event is a connection that closed
-    early, which the adapters report as a retryable "stream ended" error, not as an
-    unreadable event."""
+    """The event a stream ended in without its blank line: kept when its data is whole (JSON,
+    or `[DONE]`), else dropped (a cut connection: a "stream ended" error, not a bad event)."""
     if item is None or item[1].strip() == "[DONE]":
         return item
     try:
@@ -164,19 +171,10 @@ def sse_block(block: str) -> tuple[str, str] | None:
 
 def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
     """Split raw server-sent-event lines into `(event, data)` pairs (the sync `iter_sse`)."""
-    block: list[str] = []
-    for n, line in enumerate(lines):
-        line = line.rstrip("\r\n").removeprefix("\ufeff" if n == 0 else "")
-        if line:
-            block.append(line)
-        elif block:
-            item = sse_block("\n".join(block))
-            block = []
-            if item is not None:
-                yield item
-    item = _whole(sse_block("\n".join(block))) if block else None
-    if item is not None:
-        yield item
+    reader = _Reader(None)
+    for line in lines:
+        yield from reader.feed(line.rstrip("\r\n") + "\n")
+    yield from reader.close()
 
 
 class EventParser(Protocol):

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -36,29 +34,20 @@ GAP = 0.03
 
 
 @pytest.fixture
-def slow_round_trips(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On PostgreSQL, every answer that leaves a transaction open is followed by `GAP`
-    seconds of this process doing nothing (as a loaded machine, or a large result, would),
-    migrations included: 30 times a 1 ms `idle_in_transaction_session_timeout`."""
-    import psycopg
+def slow_round_trips() -> Iterator[Callable[[str], str]]:
+    """`slow(dsn)`: the DSN through a proxy that holds back every PostgreSQL answer leaving a
+    transaction open `GAP` seconds (as a loaded machine, or a large result, would), migrations
+    included: 30 times a 1 ms `idle_in_transaction_session_timeout`."""
+    from psycopg.conninfo import make_conninfo
 
-    from golem.durable.store._pg_wire import PgConn, PgSchemaConn
+    from tests.support.durable.chaos import FaultProxy
 
-    sync = PgConn._sync
-    in_transaction = psycopg.pq.TransactionStatus.INTRANS
+    proxies: list[FaultProxy] = []
 
-    def slow_sync(self: PgConn) -> list[Any]:
-        results = sync(self)
-        if self.pg.transaction_status == in_transaction:
-            time.sleep(GAP)
-        return results
+    def slow(dsn: str) -> str:
+        proxies.append(FaultProxy(dsn, gap=GAP))
+        return make_conninfo(proxies[-1].dsn, sslmode="disable")
 
-    execute = PgSchemaConn.execute
-
-    def slow_execute(self: PgSchemaConn, sql: str, params: Any = ()) -> int:
-        n = execute(self, sql, params)
-        time.sleep(GAP)
-        return n
-
-    monkeypatch.setattr(PgConn, "_sync", slow_sync)
-    monkeypatch.setattr(PgSchemaConn, "execute", slow_execute)
+    yield slow
+    for proxy in proxies:
+        proxy.close()

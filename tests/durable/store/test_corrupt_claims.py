@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sqlite3
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from golem.durable.store import AuditAction, CorruptRecord, Decision, RunStatus, Store, _base
+from golem.durable.store import AuditAction, CorruptRecord, Decision, RunStatus, Store
 from tests.support.durable.backends import BACKENDS, Backend, backend_for
 from tests.support.durable.runs import approval, later, make_run
 from tests.support.store import corrupt
@@ -117,12 +119,15 @@ async def test_a_fault_of_the_reader_only_never_sets_a_run_aside(
     with backend_for(backend_kind, tmp_path) as backend:
         store = await backend.open()
         try:
-            run_id = await _ready(store, deps_ref={"a": [1, 2]})
+            run_id = await _ready(store, deps_ref={"a": ["too deep here"]})
+            decode = msgspec.json.decode
 
-            def too_deep(text: str) -> Any:
-                raise RecursionError("maximum recursion depth exceeded")
+            def too_deep(text: Any, *args: Any, **kwargs: Any) -> Any:
+                if "too deep here" in (text if isinstance(text, str) else str(text)):
+                    raise RecursionError("maximum recursion depth exceeded")
+                return decode(text, *args, **kwargs)
 
-            monkeypatch.setattr(_base, "from_json", too_deep)
+            monkeypatch.setattr(msgspec.json, "decode", too_deep)
             assert await store.claim_ready("w1", LEASE, now=later(0)) is None
             assert _status(backend, run_id) == "running"
             monkeypatch.undo()
@@ -145,8 +150,11 @@ async def test_a_deps_ref_too_deep_to_parse_is_set_aside_only_when_it_is_not_jso
     limit) reads — Python 3.13's `json` reads it, 3.11's raises RecursionError — so the run
     is claimed where this Python reads it and left to its lease where it does not, never set
     aside; text that is not JSON, or nests past 10,000, no reader reads."""
-    try:
-        _base.from_json(deps_ref)
+    try:  # as the store reads JSON: msgspec, then the standard library's parser
+        try:
+            msgspec.json.decode(deps_ref)
+        except (msgspec.DecodeError, ValueError):
+            json.loads(deps_ref)
         readable = True
     except (RecursionError, ValueError):
         readable = False

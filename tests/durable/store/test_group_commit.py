@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from golem import new_id
-from golem.durable.store._sql import Tx
 from golem.durable.store.sqlite import SQLiteStore
 from golem.errors import StoreError
 from tests.support.durable.runs import make_run
@@ -75,7 +74,7 @@ async def _batched(store: SQLiteStore, jobs: list[Callable[[], Awaitable[Any]]])
     return results
 
 
-def _add(tx: Tx, k: int, v: int, fail: bool = False) -> int:
+def _add(tx: Any, k: int, v: int, fail: bool = False) -> int:
     """Order-sensitive: the new value depends on what earlier jobs left."""
     tx.run(
         "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = v * 2 + excluded.v",
@@ -131,7 +130,7 @@ async def test_a_failing_commit_fails_every_job_and_nothing_is_written(
     run = make_run()
     last_id = store._feed.last_id
 
-    def orphan(tx: Tx) -> None:  # checked only at COMMIT: the batch's COMMIT fails
+    def orphan(tx: Any) -> None:  # checked only at COMMIT: the batch's COMMIT fails
         tx.run("INSERT INTO child (id, k) VALUES (1, 999)")
 
     results = await _batched(
@@ -156,12 +155,12 @@ async def test_a_failing_commit_fails_every_job_and_nothing_is_written(
     assert _rows(store.path) == {3: 3}
 
 
-def _abort(tx: Tx) -> None:
+def _abort(tx: Any) -> None:
     """Ends the whole transaction, as SQLite itself does on SQLITE_FULL, IOERR, …"""
     tx.run("ROLLBACK")
 
 
-def _unsavable(tx: Tx) -> None:
+def _unsavable(tx: Any) -> None:
     """Raises once its savepoint is gone, so its rollback cannot work."""
     tx.run("INSERT INTO kv (k, v) VALUES (7, 7)")
     tx.run("RELEASE golem_job")
@@ -170,7 +169,7 @@ def _unsavable(tx: Tx) -> None:
 
 @pytest.mark.parametrize("breaker", [_abort, _unsavable])
 async def test_a_batch_whose_transaction_broke_mid_way_fails_every_job(
-    sqlite_store: SQLiteStore, breaker: Callable[[Tx], None]
+    sqlite_store: SQLiteStore, breaker: Callable[[Any], None]
 ) -> None:
     store = sqlite_store
     results = await _batched(
@@ -212,7 +211,7 @@ async def test_the_change_feed_hears_of_a_batch_only_after_its_commit(
     go_on = threading.Event()
     run = make_run()
 
-    def hold(tx: Tx) -> None:  # the batch's last job: its transaction stays open meanwhile
+    def hold(tx: Any) -> None:  # the batch's last job: its transaction stays open meanwhile
         inside.set()
         assert go_on.wait(WAIT)
 
@@ -304,7 +303,7 @@ async def test_a_job_cancelled_after_the_first_attempt_still_runs_in_the_second(
     started = threading.Event()
     go_on = threading.Event()
 
-    def fail_after_the_others_ran(tx: Tx) -> None:
+    def fail_after_the_others_ran(tx: Any) -> None:
         started.set()
         assert go_on.wait(WAIT)
         raise Boom("spoils the optimistic attempt")

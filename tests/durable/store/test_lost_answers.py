@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from golem import new_id
-from golem.durable.store import AuditAction, Decision, RunStatus, Store, utc_now
+from golem.durable.store import AuditAction, Decision, RunRecord, RunStatus, Store, utc_now
 from golem.durable.worker import AgentEntry, Worker, start_run
 from golem.errors import StoreError
 from tests.support.durable.chaos import chaos_registry, executions, until
@@ -79,6 +79,13 @@ async def test_whatever_answers_are_lost_every_approved_run_completes_once(
         assert actions[-1] is AuditAction.COMPLETED
 
 
+@pytest.fixture
+async def approved(store: Store, exec_dir: Path) -> tuple[dict[str, AgentEntry], RunRecord]:
+    """The chaos registry, and a run of it whose one call (`p-0`) is approved."""
+    registry = chaos_registry(exec_dir)
+    return registry, await approved_run(store, registry, "p", 1)
+
+
 class LostAnswer:
     """`store`, except that the first call of `method` commits, then raises `StoreError`."""
 
@@ -104,14 +111,10 @@ class LostAnswer:
 
 @pytest.mark.parametrize("method", ["claim_ready_many", "claim_ready", "finish"])
 async def test_a_call_whose_answer_is_lost_neither_strands_nor_repeats_the_run(
-    store: Store, tmp_path: Path, method: str, caplog: pytest.LogCaptureFixture
+    store: Store, exec_dir: Path, approved: Any, method: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, "golem")
-    exec_dir = tmp_path / "exec"
-    exec_dir.mkdir()
-    registry = chaos_registry(exec_dir)
-    run = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
-    await store.decide(run.id, "p-0", Decision.approve(), decided_by="bob")
+    registry, run = approved
 
     flaky = LostAnswer(store, method)
     concurrency = 1 if method == "claim_ready" else 2
@@ -138,22 +141,18 @@ async def test_a_call_whose_answer_is_lost_neither_strands_nor_repeats_the_run(
         AuditAction.CLAIMED,
         AuditAction.COMPLETED,
     ]
-    text = "\n".join(r.getMessage() for r in caplog.records)
+    text = caplog.text
     assert "lease lost" not in text
     if method.startswith("claim"):
         assert f"run {run.id} was claimed by a claim whose answer was lost" in text
 
 
 async def test_a_lost_claim_is_given_up_once_its_lease_ran_out(
-    store: Store, tmp_path: Path
+    store: Store, exec_dir: Path, approved: Any
 ) -> None:
     """A claim whose answer was lost and whose lease ran out before the worker could look:
     the run is the sweep's (interrupted), never resumed late."""
-    exec_dir = tmp_path / "exec"
-    exec_dir.mkdir()
-    registry = chaos_registry(exec_dir)
-    run = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
-    await store.decide(run.id, "p-0", Decision.approve(), decided_by="bob")
+    registry, run = approved
     flaky = LostAnswer(store, "claim_ready")
     worker = Worker(flaky, registry, worker_id="w", lease_seconds=0.001)  # type: ignore[arg-type]
     with pytest.raises(StoreError):
@@ -169,15 +168,11 @@ async def test_a_lost_claim_is_given_up_once_its_lease_ran_out(
 
 
 async def test_a_worker_stopped_right_after_a_lost_claim_still_resumes_its_runs(
-    store: Store, tmp_path: Path
+    store: Store, exec_dir: Path, approved: Any
 ) -> None:
     """The stop comes between a claim whose answer was lost and the next turn: the runs
     it took are this worker's in-flight runs, resumed as part of the graceful drain."""
-    exec_dir = tmp_path / "exec"
-    exec_dir.mkdir()
-    registry = chaos_registry(exec_dir)
-    run = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
-    await store.decide(run.id, "p-0", Decision.approve(), decided_by="bob")
+    registry, run = approved
     stop = asyncio.Event()
 
     class StopOnLoss(LostAnswer):
@@ -223,23 +218,20 @@ class FinishAnswerLostAndUnreadable(LostAnswer):
 
 
 async def test_a_finish_that_cannot_be_confirmed_is_reported_unknown_not_as_a_lost_lease(
-    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    store: Store, exec_dir: Path, approved: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The finish committed, its answer was lost, the retry finds the run finished and the
     read that would confirm it fails: the log says the outcome may have been saved (look
     it up), never that the lease was lost before saving — which would send an operator
     looking for a run that did not finish."""
     caplog.set_level(logging.INFO, "golem")
-    exec_dir = tmp_path / "exec"
-    exec_dir.mkdir()
-    registry = chaos_registry(exec_dir)
-    run = await approved_run(store, registry, "p", 1)
+    registry, run = approved
     flaky = FinishAnswerLostAndUnreadable(store)
     worker = Worker(flaky, registry, worker_id="w")  # type: ignore[arg-type]
     assert await worker.run_once() is True
     assert flaky.lost == 1
     assert flaky.reads >= 2, "the confirming read is tried more than once"
-    text = "\n".join(r.getMessage() for r in caplog.records)
+    text = caplog.text
     assert "lease lost" not in text
     assert f"run {run.id}: its outcome (completed) may have been saved" in text
     assert (await store.get_run(run.id)).status is RunStatus.COMPLETED
@@ -247,15 +239,12 @@ async def test_a_finish_that_cannot_be_confirmed_is_reported_unknown_not_as_a_lo
 
 
 async def test_a_first_finish_refused_for_a_lost_lease_reads_nothing(
-    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    store: Store, exec_dir: Path, approved: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """No earlier attempt could have saved the outcome: `LeaseLost` on the first finish is
     reported as a lost lease at once, without reading the run."""
     caplog.set_level(logging.INFO, "golem")
-    exec_dir = tmp_path / "exec"
-    exec_dir.mkdir()
-    registry = chaos_registry(exec_dir)
-    run = await approved_run(store, registry, "p", 1)
+    registry, run = approved
 
     class SweptBeforeFinish(FinishAnswerLostAndUnreadable):
         def __getattr__(self, name: str) -> Any:
@@ -272,7 +261,7 @@ async def test_a_first_finish_refused_for_a_lost_lease_reads_nothing(
     flaky = SweptBeforeFinish(store)
     assert await Worker(flaky, registry, worker_id="w").run_once() is True  # type: ignore[arg-type]
     assert flaky.reads == 0
-    text = "\n".join(r.getMessage() for r in caplog.records)
+    text = caplog.text
     assert f"run {run.id}: lease lost before its outcome could be saved" in text
     assert (await store.get_run(run.id)).status is RunStatus.INTERRUPTED
 
@@ -329,41 +318,24 @@ async def test_a_start_retried_with_its_run_id_saves_one_run(
     assert counting.asked == (asked if fault == "after" else 2 * asked)
 
 
-async def test_two_starts_with_one_run_id_at_once_save_one_run(
+async def test_a_run_id_makes_a_start_idempotent_and_names_one_start(
     store: Store, tmp_path: Path
 ) -> None:
-    counting = Counting(tmp_path)
-    runs = await asyncio.gather(
-        *(
-            start_run(
-                store, counting.registry, "acts", prompt_for("p", 1), started_by="a", run_id="k"
-            )
-            for _ in range(2)
-        )
-    )
-    assert [r.id for r in runs] == ["k", "k"]
-    assert [r.id for r in await store.list_runs(limit=10)] == ["k"]
-    assert [e.action for e in await store.audit("k")] == [AuditAction.CREATED]
-
-
-async def test_a_run_id_reused_for_a_different_start_is_refused(
-    store: Store, tmp_path: Path
-) -> None:
+    """Two starts with one `run_id` at once save one run; a `run_id` reused for another start is
+    refused; without one, two starts are two runs."""
     registry = Counting(tmp_path).registry
-    first = await start_run(
-        store, registry, "acts", prompt_for("p", 1), started_by="alice", run_id="k"
-    )
+
+    def start(**kw: Any) -> Any:
+        return start_run(store, registry, "acts", prompt_for("p", 1), started_by="a", **kw)
+
+    runs = await asyncio.gather(start(run_id="k"), start(run_id="k"))
+    assert [r.id for r in runs] == ["k", "k"]
+    assert [e.action for e in await store.audit("k")] == [AuditAction.CREATED]
     for prompt, by in ((prompt_for("q", 1), "alice"), (prompt_for("p", 1), "mallory")):
         with pytest.raises(ValueError, match='run_id "k" names a run started differently'):
             await start_run(store, registry, "acts", prompt, started_by=by, run_id="k")
     for bad in ("", "x" * 201):
         with pytest.raises(ValueError, match="run_id must be a string of 1 to 200"):
-            await start_run(store, registry, "acts", prompt_for("p", 1), started_by="a", run_id=bad)
-    assert await store.list_runs(limit=10) == [first]
-
-
-async def test_a_start_without_run_id_is_not_idempotent(store: Store, tmp_path: Path) -> None:
-    registry = Counting(tmp_path).registry
-    a = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
-    b = await start_run(store, registry, "acts", prompt_for("p", 1), started_by="alice")
-    assert a.id != b.id
+            await start(run_id=bad)
+    assert [r.id for r in await store.list_runs(limit=10)] == ["k"]
+    assert (await start()).id != (await start()).id

@@ -170,8 +170,7 @@ async def test_disrupted_at_random_runs_lose_and_repeat_nothing(
     c: Chaos, request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, "golem")
-    if c.slow:
-        request.getfixturevalue("slow_round_trips")
+    slow = request.getfixturevalue("slow_round_trips") if c.slow else lambda dsn: dsn
     restarts: Cluster | None = (
         request.getfixturevalue("cluster") if c.disrupt == "restart" else None
     )
@@ -181,7 +180,8 @@ async def test_disrupted_at_random_runs_lose_and_repeat_nothing(
     rng = random.Random(c.seed)
     app = _app()
     hits = Counter[str]()
-    async with database(base, **c.settings) as dsn:
+    async with database(base, **c.settings) as created:
+        dsn = slow(created)
         # the test's own sessions (cleanup, kills) keep no idle timeout: only golem's are tried
         own = make_conninfo(dsn, options="-c idle_session_timeout=0") if c.settings else dsn
         victim = make_conninfo(dsn, application_name=app)
@@ -741,15 +741,15 @@ async def test_a_worker_whose_renewals_keep_failing_runs_no_approved_call_after_
     assert "renewing the lease" in _said(caplog)
 
 
-@pytest.mark.usefixtures("slow_round_trips")
 async def test_a_reload_to_a_millisecond_idle_in_transaction_timeout_fails_no_call(
-    cluster: Cluster,
+    cluster: Cluster, slow_round_trips: Callable[[str], str]
 ) -> None:
     """`ALTER SYSTEM SET idle_in_transaction_session_timeout = '1ms'` and a reload while a store's
     connections are open (ADR 0068): they keep the value pinned when they opened, connections
     opened after raise it to 10 s; multi-round-trip reads and full decisions work on both."""
     schema = f"reload_{uuid.uuid4().hex[:8]}"
-    early = await PostgresStore.open(cluster.dsn, schema=schema, pool_size=3)
+    slow = slow_round_trips(cluster.dsn)
+    early = await PostgresStore.open(slow, schema=schema, pool_size=3)
     late: PostgresStore | None = None
     try:
         run = make_run(approval("c1"), approval("c2"), approval("c3"))
@@ -761,7 +761,7 @@ async def test_a_reload_to_a_millisecond_idle_in_transaction_timeout_fails_no_ca
         admin(cluster.dsn, "SELECT pg_reload_conf()")
         show = "SHOW idle_in_transaction_session_timeout"
         await until(lambda: admin(cluster.dsn, show)[0][0] == "1ms", "the reload")
-        late = await PostgresStore.open(cluster.dsn, schema=schema, pool_size=3)
+        late = await PostgresStore.open(slow, schema=schema, pool_size=3)
         for store, call in ((early, "c1"), (late, "c2")):
             assert (await store.get_run(run.id)).status is RunStatus.PENDING
             assert len(await store.list_runs()) == 1

@@ -10,7 +10,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,13 +37,14 @@ from tests.support.durable.runs import approval, external, make_run
 pytestmark = pytest.mark.postgres
 
 
-@pytest.mark.usefixtures("slow_round_trips")
-async def test_every_store_operation_survives_a_millisecond_idle_in_transaction_timeout() -> None:
+async def test_every_store_operation_survives_a_millisecond_idle_in_transaction_timeout(
+    slow_round_trips: Callable[[str], str],
+) -> None:
     """With `idle_in_transaction_session_timeout = 1ms` on the database, the server would end any
     transaction idle for a millisecond between its round trips: the migration on first connect,
     every read of more than one statement, every full decision."""
     async with database(postgres_dsn(), idle_in_transaction_session_timeout="1ms") as dsn:
-        store = PostgresStore(dsn, pool_size=2)
+        store = PostgresStore(slow_round_trips(dsn), pool_size=2)
         try:
             assert await store.schema_version() > 0
             first = make_run(approval("c1"), approval("c2"), external("c3"))

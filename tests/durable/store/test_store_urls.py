@@ -1,53 +1,17 @@
-"""Store URLs: the PostgreSQL store's own options ride in the URL beside libpq's."""
+"""`open_store`: SQLite paths and URLs; the PostgreSQL store's own options ride in the URL beside
+libpq's; what a store refuses."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from golem.durable.store import open_store
-from golem.durable.store._pg_setup import split_url
 from golem.durable.store.postgres import PostgresStore
+from golem.durable.store.sqlite import SQLiteStore
+from golem.errors import StoreError
 from tests.support.durable.backends import backend_for
-
-
-@pytest.mark.parametrize(
-    ("url", "dsn", "options"),
-    [
-        ("postgresql://u@h/db", "postgresql://u@h/db", {}),
-        ("postgresql://u@h/db?sslmode=require", "postgresql://u@h/db?sslmode=require", {}),
-        (
-            "postgresql://u@h/db?pool_size=8&sslmode=require&command_timeout=2.5&schema=golem",
-            "postgresql://u@h/db?sslmode=require",
-            {"pool_size": 8, "command_timeout": 2.5, "schema": "golem"},
-        ),
-        ("postgres://h/db?command_timeout=none", "postgres://h/db", {"command_timeout": None}),
-        ("postgres://h/db?command_timeout=OFF", "postgres://h/db", {"command_timeout": None}),
-        ("postgres://h/db?sche%6da=a_b", "postgres://h/db", {"schema": "a_b"}),
-        (
-            "postgresql://u:p%26w@h/db?application_name=a%3Db&pool_size=2",
-            "postgresql://u:p%26w@h/db?application_name=a%3Db",
-            {"pool_size": 2},
-        ),
-    ],
-)
-def test_split_url_takes_the_store_options_out(url: str, dsn: str, options: dict[str, Any]) -> None:
-    assert split_url(url) == (dsn, options)
-
-
-@pytest.mark.parametrize(
-    ("url", "message"),
-    [
-        ("postgresql://h/db?pool_size=many", "pool_size must be a number, got 'many'"),
-        ("postgresql://h/db?command_timeout=", "command_timeout must be a number"),
-        ("postgresql://h/db?pool_size=1&pool_size=2", "pool_size is given twice"),
-    ],
-)
-def test_split_url_refuses_bad_options(url: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        split_url(url)
 
 
 @pytest.mark.parametrize(
@@ -93,3 +57,56 @@ async def test_open_store_applies_the_options_of_a_postgresql_url(tmp_path: Path
             assert await store.list_runs() == []
         finally:
             await store.close()
+
+
+async def test_open_store_accepts_sqlite_urls_and_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for url, file in [
+        ("sqlite:///rel.db", tmp_path / "rel.db"),
+        (f"sqlite:///{tmp_path}/abs.db", tmp_path / "abs.db"),
+        (str(tmp_path / "plain.db"), tmp_path / "plain.db"),
+        (tmp_path / "pathlike.db", tmp_path / "pathlike.db"),
+    ]:
+        store = await open_store(url)
+        try:
+            assert isinstance(store, SQLiteStore)
+            assert store.path.resolve() == file.resolve()
+            assert file.exists()
+        finally:
+            await store.close()
+
+
+async def test_open_store_rejects_unusable_urls(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unsupported URL"):
+        await open_store("mysql://x/y")
+    with pytest.raises(ValueError, match="names no database file"):
+        await open_store("sqlite://:memory:")
+    with pytest.raises(ValueError, match="database file path"):
+        SQLiteStore(":memory:")
+    with pytest.raises(StoreError, match="does not exist"):
+        await open_store(tmp_path / "missing-dir" / "x.db")
+
+
+async def test_a_closed_store_refuses_use(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "c.db")
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.get_run("x")
+
+
+async def test_sqlite_uses_wal_and_a_busy_timeout(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = await SQLiteStore.open(tmp_path / "w.db", busy_timeout=7)
+    try:
+        pragma = lambda tx: tx.fetch("PRAGMA busy_timeout")  # noqa: E731
+        assert await store._submit(True, pragma) == [(7000,)]
+    finally:
+        await store.close()
+    conn = sqlite3.connect(tmp_path / "w.db")
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        conn.close()

@@ -6,24 +6,29 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from golem import Agent, RunContext, Tool
-from golem.durable.store import RunStatus, Store
+from golem.durable.store import ClaimedRun, RunStatus, Store
 from golem.durable.worker import AgentEntry, Worker
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.support.durable.backends import Backend
 from tests.support.durable.procs import eventually
 from tests.support.durable.worker_app import approved_run, model, registry
+from tests.support.store import LostAnswers
 
 pytestmark = pytest.mark.loop
 
 
-async def _approved(store: Store, reg: dict[str, AgentEntry], prefix: str, n: int, deps: Any) -> str:
+async def _approved(
+    store: Store, reg: dict[str, AgentEntry], prefix: str, n: int, deps: Any
+) -> str:
     return (await approved_run(store, reg, prefix, n, deps)).id
 
 
@@ -128,37 +133,41 @@ async def test_a_tool_blocking_the_loop_past_its_lease_runs_no_further_approved_
         await store.close()
 
 
+class _LateClaim(LostAnswers):
+    """`LostAnswers` whose claim answers arrive `late` seconds after the lease began."""
+
+    def __init__(self, store: Store, plan: dict[tuple[str, int], str], late: float) -> None:
+        super().__init__(store, plan)
+        self.late = timedelta(seconds=late)
+
+    async def claim_ready(self, *args: Any, **kwargs: Any) -> ClaimedRun | None:
+        claimed = await self._store.claim_ready(*args, **kwargs)
+        return claimed and replace(claimed, lease_expires_at=claimed.lease_expires_at - self.late)
+
+
+@pytest.mark.parametrize(
+    ("late", "renewals", "status"),
+    [(20, 3, RunStatus.COMPLETED), (31, 1, RunStatus.FAILED)],
+    ids=["blips-retried", "lease-gone"],
+)
 async def test_a_failed_renewal_at_the_fence_is_tried_again_while_the_lease_lasts(
-    backend: Backend, tmp_path: Path
+    backend: Backend, tmp_path: Path, late: float, renewals: int, status: RunStatus
 ) -> None:
     """Before an approved call, with less than half the lease left, the worker renews; a
     renewal failing for want of a database (a blip) is tried again instead of failing the
-    run, while the local deadline lasts; past it the failure is raised and no call runs."""
-    from golem.durable._clock import elapsed
-    from golem.durable.worker._loop import _Lease
-    from golem.errors import StoreError
-    from tests.support.store import LostAnswers
-
+    run, while the local deadline lasts; past it the run fails on that error and no call runs."""
     store = await backend.open()
     try:
         run_id = await _approved(store, registry(), "fence", 1, {"exec_dir": str(tmp_path)})
-        claimed = await store.claim_ready("w", 30)
-        assert claimed is not None
-        assert claimed.run.id == run_id
-        blips = LostAnswers(store, {("renew_lease", 1): "before", ("renew_lease", 2): "before"})
+        plan = {("renew_lease", 1): "before", ("renew_lease", 2): "before"}
+        blips = _LateClaim(store, plan, late)
         worker = Worker(blips, registry(), worker_id="w", lease_seconds=30)  # type: ignore[arg-type]
-        lease = _Lease(worker, run_id, claimed)
-        lease.deadline = elapsed() + 10  # a third of the lease left: the fence renews
-        await lease.prove()
-        assert blips._calls["renew_lease"] == 3
-        assert lease.remaining() > 20, "renewed"
-
-        down = LostAnswers(store, {("renew_lease", 1): "before"})
-        worker = Worker(down, registry(), worker_id="w", lease_seconds=30)  # type: ignore[arg-type]
-        late = _Lease(worker, run_id, claimed)
-        late.deadline = elapsed() - 1  # the local lease ran out: nothing to wait for
-        with pytest.raises(StoreError):
-            await late.prove()
-        assert down._calls["renew_lease"] == 1
+        assert await worker.run_once() is True
+        assert blips._calls["renew_lease"] == renewals
+        run = await store.get_run(run_id)
+        assert run.status is status
+        if status is RunStatus.FAILED:
+            assert "StoreError" in (run.outcome.error or "")  # type: ignore[union-attr]
+        assert (tmp_path / "fence-0").exists() is (status is RunStatus.COMPLETED)
     finally:
         await store.close()

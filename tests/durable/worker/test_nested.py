@@ -4,6 +4,7 @@ store and the inbox like any other pending call")."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from golem.records import sub_agent_calls
 from golem.seal import verify_call
 from golem.testing import ScriptedModel
 from golem.tool import DeferKind, Deferred, call_approved
+from tests.support.durable.backends import Backend
+from tests.support.store import behind_the_back
 
 
 class Nested:
@@ -131,7 +134,7 @@ async def test_a_failed_nested_resume_records_which_sub_agent_calls_ran(
     ids=["tampered", "unsealed", "another-key"],
 )
 async def test_a_sub_agent_call_the_worker_cannot_trust_is_refused(
-    store: Store, paused_with: bytes | None, tamper: bool, refusal: str
+    store: Store, tmp_path: Path, paused_with: bytes | None, tamper: bool, refusal: str
 ) -> None:
     """The checks the worker makes for a parent's own call hold for a sub-agent's: the arguments
     in the stored history are the ones the approvers saw, and a worker with a key wants its seal."""
@@ -144,12 +147,8 @@ async def test_a_sub_agent_call_the_worker_cannot_trust_is_refused(
     if tamper:  # the approvers saw a.log; the history now says etc/passwd
         tampered = run.history.replace("a.log", "etc/passwd")
         assert tampered != run.history
-        await store._submit(  # type: ignore[attr-defined]
-            True,
-            lambda tx: tx.run(
-                "UPDATE golem_histories SET history = ? WHERE run_id = ?", (tampered, run.id)
-            ),
-        )
+        sql = "UPDATE golem_histories SET history = %s WHERE run_id = %s"
+        behind_the_back(Backend("sqlite", path=str(tmp_path / "golem.db")), sql, tampered, run.id)
     resuming = Nested(sub_script=("Deleted.",), parent_script=("All tidy.",))
     worker = Worker(store, resuming.registry, worker_id="w1", lease_seconds=30, seal_key=KEY)
     assert await worker.run_once() is True

@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 
-from golem import Agent, Message, ToolCall, loads_history
+from golem import Agent, Message, ToolCall, dumps_history, loads_history
 from golem.durable.store import (
     EXPIRY_ACTOR,
     MAX_SECONDS,
     AuditAction,
     CallKind,
     Decision,
+    NewCall,
+    NewRun,
     RunStatus,
     Store,
     StoreBusy,
@@ -374,26 +376,46 @@ async def test_a_pause_whose_calls_share_an_id_is_saved_with_an_id_for_each(stor
     assert app.executed == []
 
 
+GENUINE = "v1.k.approval.genuine"
+OTHER_ARGS = "other arguments in the history than the approvers saw"
+
+
+@pytest.mark.parametrize(
+    ("held", "seal", "refused"),
+    [
+        ('{"path": "/tmp/a"}', "", ""),
+        ('{"path":"/tmp/a"}', "", ""),  # compacted, as golem < 0.2 wrote histories
+        ('{"path":  "/tmp/a"}', "", OTHER_ARGS),  # the same value, other bytes
+        ('{"path": "/tmp/a", "path": "/tmp/a"}', "", OTHER_ARGS),  # a duplicate key
+        ('{"path": "/etc/passwd"}', "", OTHER_ARGS),  # rewritten behind the approvers' backs
+        ('{"path": "/tmp/a"}', "v1.k.approval.forged", "another seal"),
+    ],
+    ids=["same", "compact", "other-bytes", "dup-key", "rewritten", "other-seal"],
+)
 async def test_a_history_whose_pending_call_differs_from_the_decided_one_is_not_resumed(
-    store: Store,
+    store: Store, held: str, seal: str, refused: str
 ) -> None:
-    """The approvers saw /tmp/a; someone rewrote the stored history to /etc/passwd."""
-    app = App(calls(DEL), "done")
-    run = await start_run(store, app.registry, "ops", "x", started_by="a")
-    await store.decide(run.id, "c1", Decision.approve(), decided_by="b")
-    tampered = run.history.replace("/tmp/a", "/etc/passwd")
-    assert tampered != run.history
-    await store._submit(  # type: ignore[attr-defined]
-        True,
-        lambda tx: tx.run(
-            "UPDATE golem_histories SET history = ? WHERE run_id = ?", (tampered, run.id)
-        ),
+    """The approvers saw `DEL`'s argument bytes (and its seal, when sealed); the stored history
+    holds `held` (sealed `seal`)."""
+    app = App("done")
+    decided = NewCall(
+        "c1", CallKind.APPROVAL, "delete_file", DEL[2], seal=GENUINE if seal else None
     )
+    asked = Message(role="assistant", tool_calls=[ToolCall("c1", DEL[1], held, seal=seal)])
+    history = dumps_history([Message(role="user", content="x"), asked])
+    await store.save_pending(
+        NewRun(id="r1", agent="ops", conversation_id="conv", history=history, calls=(decided,))
+    )
+    assert (await store.get_run("r1")).calls[0].seal == decided.seal
+    await store.decide("r1", "c1", Decision.approve(), decided_by="b")
     assert await Worker(store, app.registry).run_once()
-    failed = await store.get_run(run.id)
-    assert failed.status is RunStatus.FAILED
-    assert failed.outcome is not None
-    assert "other arguments in the history than the approvers saw" in failed.outcome.error
+    run = await store.get_run("r1")
+    if not refused:
+        assert run.status is RunStatus.COMPLETED
+        assert [path for _, path, _ in app.executed] == ["/tmp/a"]
+        return
+    assert run.status is RunStatus.FAILED
+    assert refused in run.outcome.error  # type: ignore[union-attr]
     assert app.executed == []
 
 
@@ -416,38 +438,6 @@ async def test_an_approval_with_edited_args_runs_them_or_refuses_to_run_the_orig
         assert got.outcome is not None
         assert "edited arguments" in got.outcome.error
         assert app.executed == []
-
-
-async def test_a_history_whose_pending_call_carries_another_seal_is_not_resumed(
-    store: Store,
-) -> None:
-    from golem.durable.store import NewCall, NewRun
-    from golem.messages import dumps_history
-
-    app = App("done")
-    call = ToolCall("c1", "delete_file", '{"path": "/tmp/a"}', seal="v1.k.approval.genuine")
-    swapped = ToolCall("c1", "delete_file", '{"path": "/tmp/a"}', seal="v1.k.approval.forged")
-    history = dumps_history(
-        [Message(role="user", content="x"), Message(role="assistant", tool_calls=[swapped])]
-    )
-    run = await store.save_pending(
-        NewRun(
-            id="sealed",
-            agent="ops",
-            conversation_id="conv",
-            history=history,
-            calls=(NewCall("c1", CallKind.APPROVAL, "delete_file", call.args, seal=call.seal),),
-        )
-    )
-    assert run.calls[0].seal == "v1.k.approval.genuine"
-    assert (await store.get_run("sealed")).calls[0].seal == "v1.k.approval.genuine"
-    await store.decide("sealed", "c1", Decision.approve(), decided_by="b")
-    assert await Worker(store, app.registry).run_once()
-    failed = await store.get_run("sealed")
-    assert failed.status is RunStatus.FAILED
-    assert failed.outcome is not None
-    assert "another seal" in failed.outcome.error
-    assert app.executed == []
 
 
 async def test_a_spell_of_store_failures_is_logged_once_not_every_poll(

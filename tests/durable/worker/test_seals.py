@@ -98,18 +98,3 @@ async def test_a_stored_call_sealed_as_another_kind_is_refused(
     assert done.status is RunStatus.FAILED
     assert "sealed as external" in (done.outcome.error or "")  # type: ignore[union-attr]
     assert app.executed == []
-
-
-def test_the_history_must_hold_the_decided_argument_bytes() -> None:
-    from golem.durable.worker._checks import _same_args
-
-    decided = '{"to": "bob", "amount": 10}'
-    assert _same_args(decided, decided)
-    assert _same_args('{"to":"bob","amount":10}', decided), "a pre-0.2 compacted history"
-    for other in (
-        '{"amount": 10, "to": "bob"}',  # the same value, other bytes
-        '{"to": "bob", "amount": 10, "to": "bob"}',  # a duplicate key
-        '{"to": "bob", "amount": 10.0}',
-        '{"to": "mallory", "amount": 10}',
-    ):
-        assert not _same_args(other, decided), other

@@ -24,6 +24,7 @@ from golem.model import ModelRequest
 from golem.testing import FunctionModel
 from golem.tool import DeferKind, Deferred, call_approved
 from tests.support.durable.backends import Backend
+from tests.support.store import behind_the_back
 
 WAIT = 60.0  # a guard against a hang, never a duration the test asserts
 
@@ -189,20 +190,14 @@ async def test_one_runs_failure_does_not_touch_its_siblings(rig: Rig) -> None:
     assert app.executed == Counter({(i, "c0"): 1 for i in ids})
 
 
-async def test_one_runs_lost_lease_abandons_only_that_run(rig: Rig) -> None:
+async def test_one_runs_lost_lease_abandons_only_that_run(rig: Rig, backend: Backend) -> None:
     """Another worker takes one run's lease mid-resume: its heartbeat finds out and cancels
     that resume; the sibling resume keeps its own lease and completes."""
     store, app = rig.store, rig.app
     victim, sibling = await _ready(store, app, "v"), await _ready(store, app, "s")
     task = rig.start(lease_seconds=3, concurrency=2)
     await app.until(lambda: app.inside == 2)
-    sql: Any = store  # the test reaches into the SQL store to play the thief
-    await sql._submit(
-        True,
-        lambda tx: tx.execute(
-            "UPDATE golem_runs SET lease_owner = 'thief' WHERE id = ?", (victim,)
-        ),
-    )
+    behind_the_back(backend, "UPDATE golem_runs SET lease_owner = 'thief' WHERE id = %s", victim)
     await app.until(lambda: victim in app.cancelled)  # the next heartbeat found out
     assert not task.done()
     rig.gate.set()

@@ -120,9 +120,10 @@ class _Cut:
 
 
 class FaultProxy:
-    """A TCP proxy to PostgreSQL on a thread of its own; `dsn` goes through it."""
+    """A TCP proxy to PostgreSQL on a thread of its own; `dsn` goes through it. With `gap`, each
+    answer that leaves a transaction open reaches the client `gap` seconds late."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, gap: float = 0.0) -> None:
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
         params = conninfo_to_dict(dsn)
@@ -131,6 +132,7 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
         self._cuts: list[_Cut] = []
+        self._gap = gap
         self._lock = threading.Lock()
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
@@ -206,8 +208,11 @@ class FaultProxy:
             swriter.close()
 
         async def down() -> None:
-            answer = b""
+            answer, tail = b"", b""
             while data := await sreader.read(65536):
+                if self._gap and b"Z\x00\x00\x00\x05T" in tail + data:  # ReadyForQuery: in a
+                    await asyncio.sleep(self._gap)  # transaction, idle until the client goes on
+                tail = data[-5:]
                 if swallow:
                     answer += data
                     if b"Z\x00\x00\x00\x05" in answer:  # ReadyForQuery: the sync's answer is in

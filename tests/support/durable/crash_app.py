@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import socket
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from golem import Agent, RunContext
-from golem.durable.store._pg_wire import PgConn as _PgConn
 from golem.durable.store.postgres import PostgresStore
 from golem.durable.store.sqlite import SQLiteStore
 from golem.durable.worker import AgentEntry, Worker
@@ -98,38 +100,88 @@ class _Points:
 
 
 class CrashPgStore(_Points, PostgresStore):
-    """A `PostgresStore` whose connections report every statement to the killer; a
-    `<kind>.commit` kill happens once the COMMIT is on its way to the server, before its
-    answer (the server commits it, or not, without the process)."""
+    """A `PostgresStore` whose connections go through a `_KillProxy`."""
 
-    @staticmethod
-    def install() -> None:
-        """Hook the PostgreSQL connection class (in this process only)."""
-        send, begin, end = _PgConn._send, _PgConn.begin, _PgConn.end
-        kinds: dict[int, set[str]] = {}
 
-        def hooked_send(self: _PgConn, sql: str, params: Any, then: Any = None) -> None:
-            _killer.at("statement")
-            if (kind := _kind(sql)) is not None:
-                kinds.setdefault(id(self), set()).add(kind)
-            send(self, sql, params, then)
+_STARTUP = 196608  # protocol 3.0: the last message of the connection's start without a type
 
-        def hooked_begin(self: _PgConn, sql: bytes) -> None:
-            kinds.pop(id(self), None)
-            begin(self, sql)
 
-        def hooked_end(self: _PgConn) -> None:
-            due = [k for k in kinds.pop(id(self), set()) if _killer.due(f"{k}.commit")]
-            if due:
-                self._send_plain(b"COMMIT")
-                self.pg.pipeline_sync()
-                self._flush()
-                os.kill(os.getpid(), signal.SIGKILL)
-            end(self)
+class _KillProxy:
+    """A TCP proxy to PostgreSQL in this process that reports every statement (an Execute
+    message) to the killer; a `<kind>.commit` kill happens once the COMMIT is on its way to the
+    server, before its answer (the server commits it, or not, without the process)."""
 
-        _PgConn._send = hooked_send  # type: ignore[method-assign]
-        _PgConn.begin = hooked_begin  # type: ignore[method-assign]
-        _PgConn.end = hooked_end  # type: ignore[method-assign]
+    def __init__(self, dsn: str) -> None:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        params = conninfo_to_dict(dsn)
+        self._target = (str(params.get("host", "127.0.0.1")), int(params.get("port", 5432)))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        port = str(self._listener.getsockname()[1])
+        self.dsn = make_conninfo(
+            dsn, host="127.0.0.1", port=port, sslmode="disable", gssencmode="disable"
+        )
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self._listener.accept()
+            try:
+                server = socket.create_connection(self._target)
+            except OSError:
+                client.close()
+                continue
+            threading.Thread(target=_copy, args=(server, client), daemon=True).start()
+            threading.Thread(target=self._up, args=(client, server), daemon=True).start()
+
+    def _up(self, client: socket.socket, server: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            self._watch(client, server)
+
+    def _watch(self, client: socket.socket, server: socket.socket) -> None:
+        """Forward the client's messages, one at a time, watching the statements they run."""
+        buf, started, bound = b"", False, ""
+        named: dict[bytes, str] = {}
+        kinds: set[str] = set()
+        while data := client.recv(65536):
+            buf += data
+            while True:
+                off = 1 if started else 0  # a type byte, except on the connection's start
+                if len(buf) < off + 4:
+                    break
+                size = int.from_bytes(buf[off : off + 4], "big")
+                if len(buf) < off + size:
+                    break
+                msg, buf = buf[: off + size], buf[off + size :]
+                body = msg[off + 4 :]
+                if not started:
+                    started = int.from_bytes(body[:4], "big") == _STARTUP
+                elif msg[:1] == b"P":  # Parse: statement name, SQL
+                    name, sql = body.split(b"\0")[:2]
+                    named[name] = sql.decode()
+                elif msg[:1] == b"B":  # Bind: portal, statement name
+                    bound = named.get(body.split(b"\0")[1], "")
+                elif msg[:1] == b"E":  # Execute: the bound statement runs
+                    if bound.startswith(("BEGIN", "ROLLBACK")):
+                        kinds.clear()
+                    elif bound == "COMMIT":
+                        if [k for k in kinds if _killer.due(f"{k}.commit")]:
+                            server.sendall(msg)
+                            os.kill(os.getpid(), signal.SIGKILL)
+                        kinds.clear()
+                    else:
+                        _killer.at("statement")
+                        if (found := _kind(bound)) is not None:
+                            kinds.add(found)
+                server.sendall(msg)
+        server.shutdown(socket.SHUT_WR)
+
+
+def _copy(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+        sink.shutdown(socket.SHUT_WR)
 
 
 class CrashStore(_Points, SQLiteStore):
@@ -188,8 +240,8 @@ async def _main(config: dict[str, Any]) -> None:
     _killer = _Killer(config["kill"])
     store: SQLiteStore | PostgresStore
     if config.get("dsn"):
-        CrashPgStore.install()
-        store = await CrashPgStore.open(config["dsn"], schema=config["schema"], pool_size=2)
+        dsn = _KillProxy(config["dsn"]).dsn
+        store = await CrashPgStore.open(dsn, schema=config["schema"], pool_size=2)
     else:
         store = await CrashStore.open(config["path"])
     worker = Worker(

@@ -75,18 +75,18 @@ def registry() -> dict[str, AgentEntry]:
 
 
 def _skew(seconds: float) -> None:
-    """Make this process's wall clock, as golem reads it (`utc_now`), run `seconds` off."""
+    """Make this process's wall clock, as golem reads it (`utc_now`), run `seconds` off: in
+    every loaded golem module that holds `golem.durable.store.utc_now`."""
     import golem.durable.store
-    import golem.durable.store._base
-    import golem.durable.worker
 
     real = golem.durable.store.utc_now
 
     def skewed() -> datetime:
         return real() + timedelta(seconds=seconds)
 
-    for module in (golem.durable.store._base, golem.durable.store, golem.durable.worker):
-        module.utc_now = skewed  # type: ignore[attr-defined]
+    for name, module in list(sys.modules.items()):
+        if name.startswith("golem.") and getattr(module, "utc_now", None) is real:
+            module.utc_now = skewed  # type: ignore[attr-defined]
 
 
 async def _main(config: dict[str, Any]) -> None:

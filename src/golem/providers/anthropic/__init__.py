@@ -66,11 +66,8 @@ class AnthropicModel(HTTPModel):
     ) -> None:
         if not model:
             raise ValueError("model name must not be empty (for example 'claude-sonnet-4-5')")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
         tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-        if tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {tokens}")
+        self._setup(model, http_client, timeout, tokens)
         if thinking_budget is not None and not _MIN_THINKING_BUDGET <= thinking_budget < tokens:
             raise ValueError(
                 f"thinking_budget must be at least {_MIN_THINKING_BUDGET} and below "
@@ -80,7 +77,6 @@ class AnthropicModel(HTTPModel):
             raise ValueError(
                 f'output_mode must be "native", "prompted" or "tool", got {output_mode!r}'
             )
-        self._setup(model, http_client, timeout)
         self.max_tokens = tokens
         self.temperature = temperature
         self.top_p = top_p

@@ -14,7 +14,7 @@ from golem.errors import ResponseFormatError
 from golem.messages import Citation, Message, ServerToolBlock, ThinkingBlock, ToolCall
 from golem.model import FinishReason, ModelResponse
 from golem.providers._answers import (
-    RUN_SEPARATOR,
+    TextRuns,
     named_calls,
     refuse_no_answer,
     unique_call_id,
@@ -101,7 +101,7 @@ class RawArgs:
 
 def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = "") -> Message:
     """The assistant message of a list of content blocks."""
-    text: list[str] = []
+    runs = TextRuns()
     thinking: list[ThinkingBlock] = []
     calls: list[ToolCall] = []
     citations: list[Citation] = []
@@ -109,24 +109,17 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
     names: dict[str, str] = {}
     ids: set[str] = set()
     answer: str | None = None
-    separated = texted = False
-    pos = 0
     for b in blocks:
         kind = b.get("type")
         if kind == "text":
-            if separated and texted:
-                text.append(RUN_SEPARATOR)
-                pos += len(RUN_SEPARATOR)
-            separated = False
             piece = text_of(b.get("text"))
-            texted = texted or bool(piece)
-            text.append(piece)
+            runs.add(piece, empty_joins=True)
             cited = b.get("citations")
             if isinstance(cited, list):
+                start = runs.length - len(piece)
                 citations.extend(
-                    _citation(c, pos, pos + len(piece)) for c in cited if isinstance(c, Mapping)
+                    _citation(c, start, runs.length) for c in cited if isinstance(c, Mapping)
                 )
-            pos += len(piece)
         elif kind == "thinking":
             thinking.append(
                 ThinkingBlock(
@@ -145,12 +138,12 @@ def message_from_blocks(blocks: Sequence[Mapping[str, Any]], output_tool: str = 
             call_id = unique_call_id(text_of(b.get("id")) or fresh_call_id(), ids)
             calls.append(ToolCall(id=call_id, name=name, args=args))
         else:
-            separated = True
-            server.append(_server_block(b, names, pos, len(thinking)))
+            runs.separated = True
+            server.append(_server_block(b, names, runs.length, len(thinking)))
     if answer is not None:
         citations = []
         server = [replace(s, at=0) for s in server]
-    content = "".join(text) if answer is None else answer
+    content = "".join(runs.parts) if answer is None else answer
     return Message(
         role="assistant",
         content=content,

@@ -8,7 +8,7 @@ from typing import Any
 
 from golem.errors import ProviderConnectionError, ProviderError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._answers import unique_call_id
+from golem.providers._answers import TextRuns, unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import object_text, parse_event_data, text_of
 from golem.providers._sse import replay, sse_events
@@ -33,9 +33,8 @@ class StreamParser:
     def __init__(self, output_tool: str = "") -> None:
         self._output_tool = output_tool
         self._output: set[int] = set()  # wire indexes of `output_tool` blocks
-        self._texted = False
-        """Whether text has streamed; with `_separated`, the next text starts a new run."""
-        self._separated = False  # a server-side block came since the last text
+        self._runs = TextRuns()
+        """The text runs server-side blocks split (the streamed text itself is in `_pieces`)."""
         self._blocks: dict[int, dict[str, Any]] = {}
         self._index: dict[int, int] = {}
         """Wire block index → index among thinking blocks or among tool calls."""
@@ -123,12 +122,7 @@ class StreamParser:
         if kind == "text":
             text = block.get("text")
             text = text if isinstance(text, str) else ""
-            if self._separated and self._texted:
-                # a server tool's blocks split the text: the final message joins the runs
-                # with a blank line, and so do the deltas
-                text = "\n\n" + text
-            self._separated = False
-            self._texted = self._texted or bool(text)
+            text = self._runs.add(text, empty_joins=True)  # the deltas join runs as the message
             return Delta(content=text) if text else None
         if kind in ("thinking", "redacted_thinking"):
             n = self._index[index] = self._thoughts
@@ -140,7 +134,7 @@ class StreamParser:
                 return Delta(thinking=[ThinkingDelta(n, text=text, signature=signature)])
             return None
         if kind != "tool_use":
-            self._separated = True
+            self._runs.separated = True
             self._cited[-1 - index] = []  # the input fragments of a server tool's call
             return None
         whole = _whole_input(block.get("input"))
@@ -171,7 +165,7 @@ class StreamParser:
             if not isinstance(text, str) or not text:
                 return None
             self._append(index, "text", text)
-            self._texted = True
+            self._runs.texted = True
             return Delta(content=text)
         if kind == "input_json_delta":
             fragment = delta.get("partial_json")

@@ -22,7 +22,7 @@ from golem.providers._answers import (
     in_order,
     own_blocks,
 )
-from golem.providers._jsonio import given, json_object
+from golem.providers._jsonio import args_object, given, json_object
 
 __all__ = [
     "API_VERSION",
@@ -33,7 +33,6 @@ __all__ = [
     "OUTPUT_TOOL_NAME",
     "PROMPTED_OUTPUT_TEMPLATE",
     "OutputMode",
-    "args_object",
     "build_request_body",
     "container_of",
     "strict_output_schema",
@@ -200,19 +199,6 @@ def tool_choice_of(
 
 def _tool(spec: ToolSpec) -> dict[str, Any]:
     return {"name": spec.name, "description": spec.description, "input_schema": spec.schema}
-
-
-def args_object(raw: str) -> dict[str, Any]:
-    """The `input` object sent for raw tool-call arguments."""
-    if not raw.strip():
-        return {}
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return {"truncated_args": raw}
-    if not isinstance(value, dict):
-        return {"truncated_args": raw}
-    return value
 
 
 _ID_OK = re.compile(r"[A-Za-z0-9_-]+")

@@ -59,13 +59,9 @@ class GeminiModel(HTTPModel):
         `include_thoughts` (thought summaries become `ThinkingBlock`s)."""
         if not model or not model.strip():
             raise ValueError("model must be a non-empty model name, e.g. 'gemini-2.5-flash'")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
-        if max_tokens is not None and max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        self._setup(model, http_client, timeout, max_tokens)
         if thinking_budget is not None and thinking_budget < -1:
             raise ValueError(f"thinking_budget must be -1 or more, got {thinking_budget}")
-        self._setup(model, http_client, timeout)
         self._api_key = api_key_from_env(api_key, ("GEMINI_API_KEY", "GOOGLE_API_KEY"), PROVIDER)
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         self._headers = {

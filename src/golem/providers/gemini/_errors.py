@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
 from golem.errors import AuthenticationError, ProviderError, RateLimited
-from golem.providers._errors import error_from_response
+from golem.providers._errors import error_from_response, error_object
 from golem.providers._jsonio import json_text, table
 from golem.providers._retry import MAX_RETRY_AFTER, finite_seconds
 
@@ -31,7 +30,9 @@ _STATUS_CODES = {
 def error_from_http(status: int, headers: httpx.Headers, body: str) -> ProviderError:
     """Classify a non-2xx Gemini HTTP response."""
     error = error_from_response(PROVIDER, status, headers, body)
-    details = _error_object(body)
+    data, _ = error_object(body)
+    details = data.get("error") if data is not None else None
+    details = details if isinstance(details, dict) else {}
     if status == 400 and _key_rejected(details):
         return AuthenticationError(
             str(error),
@@ -55,17 +56,6 @@ def error_from_payload(payload: Mapping[str, Any]) -> ProviderError:
     if not isinstance(code, int) or isinstance(code, bool) or code < 400:
         code = _STATUS_CODES.get(str(obj.get("status", "")), 500)
     return error_from_http(code, httpx.Headers(), json_text(dict(payload)))
-
-
-def _error_object(body: str) -> Mapping[str, Any]:
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
-        return {}
-    if isinstance(data, list) and data:
-        data = data[0]
-    err = data.get("error") if isinstance(data, dict) else None
-    return err if isinstance(err, dict) else {}
 
 
 def _details(err: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 import uuid
 from collections.abc import Mapping
@@ -18,7 +15,7 @@ from golem.messages import Citation, Message, Part, ServerToolBlock, ThinkingBlo
 from golem.model import Delta, FinishReason, ModelResponse, ThinkingDelta
 from golem.model import ToolCallDelta as _ToolCallDelta
 from golem.providers._answers import (
-    RUN_SEPARATOR,
+    TextRuns,
     finish_of,
     named_calls,
     unique_call_id,
@@ -26,6 +23,7 @@ from golem.providers._answers import (
 )
 from golem.providers._jsonio import (
     args_json,
+    base64_bytes,
     int_of,
     json_text,
     object_text,
@@ -34,12 +32,11 @@ from golem.providers._jsonio import (
     usage_of,
 )
 from golem.providers.gemini._errors import error_from_payload
-from golem.providers.gemini._wire import SYNTHETIC_ID_PREFIX
+from golem.providers.gemini._wire import SERVER_PARTS, SYNTHETIC_ID_PREFIX
 from golem.usage import Usage
 
 __all__ = [
     "PROVIDER",
-    "SERVER_PARTS",
     "ResponseBuilder",
     "finish_reason",
     "parse_response",
@@ -47,14 +44,6 @@ __all__ = [
 ]
 
 PROVIDER = "gemini"
-SERVER_PARTS: dict[str, str] = {
-    "executableCode": "code_execution",
-    "codeExecutionResult": "code_execution",
-    "toolCall": "",
-    "toolResponse": "",
-}
-"""Keys of the parts a server-side tool produces, and the tool's name (for `toolCall` /
-`toolResponse`, their `toolType`, lower-cased)."""
 _METADATA = ("groundingMetadata", "urlContextMetadata")
 _METADATA_KEYS = frozenset(
     ("thought", "thoughtSignature", "partMetadata", "videoMetadata", "mediaResolution")
@@ -130,7 +119,7 @@ class ResponseBuilder:
 
     def __init__(self, *, deltas: bool = True) -> None:
         self._deltas = deltas
-        self._text: list[str] = []
+        self._runs = TextRuns()
         self._blocks: list[_Block] = []
         self._open: _Block | None = None
         self._calls: list[ToolCall] = []
@@ -146,8 +135,6 @@ class ResponseBuilder:
         self._blocked = False
         self._model_name = ""
         self._response_id = ""
-        self._length = 0  # characters of text so far (where the next server part sits)
-        self._separated = False
         self._server: list[ServerToolBlock] = []
         self._metadata: dict[str, Mapping[str, Any]] = {}
         """The latest `groundingMetadata` / `urlContextMetadata` of the candidate."""
@@ -160,7 +147,7 @@ class ResponseBuilder:
     @property
     def empty(self) -> bool:
         """Whether nothing of an answer came: no text, call, media or server-side part."""
-        return not (self._text or self._calls or self._parts or self._server)
+        return not (self._runs.parts or self._calls or self._parts or self._server)
 
     @property
     def complete(self) -> bool:
@@ -237,7 +224,7 @@ class ResponseBuilder:
                     found = media_part(media, signature)
                     if found is not None:
                         self._parts.append(found)
-                        self._separated = True
+                        self._runs.separated = True
                 return None
             unknown = next((k for k in part if k not in _METADATA_KEYS), None)
             if unknown is not None:
@@ -267,8 +254,8 @@ class ResponseBuilder:
 
     def _keep(self, kind: str, part: dict[str, Any], **names: str) -> None:
         """Keep `part` as a server-side block where it sat (it separates text runs)."""
-        self._separated = True
-        at, thinking = self._length, len(self._blocks)
+        self._runs.separated = True
+        at, thinking = self._runs.length, len(self._blocks)
         raw = raw_json(part)
         self._server.append(
             ServerToolBlock(PROVIDER, kind, raw=raw, at=at, thinking_before=thinking, **names)
@@ -279,12 +266,7 @@ class ResponseBuilder:
         self._open = None
         if not text and not signature:
             return None
-        if text and self._separated and self._length:
-            text = RUN_SEPARATOR + text
-        if text:
-            self._separated = False
-        self._length += len(text)
-        self._text.append(text)
+        text = self._runs.add(text)
         thinking: list[ThinkingDelta] = []
         if signature:
             block = _Block(len(self._blocks), "", signature)
@@ -338,7 +320,7 @@ class ResponseBuilder:
             )
             error.usage = self.usage()
             raise error
-        content = "".join(self._text)
+        content = "".join(self._runs.parts)
         grounding = self._metadata.get("groundingMetadata")
         message = Message(
             role="assistant",
@@ -403,12 +385,7 @@ def _base64(text: str) -> bytes | None:
     """Standard or URL-safe base64 (whitespace ignored, padding optional), or None."""
     text = "".join(text.split())
     text += "=" * (-len(text) % 4)
-    for altchars in (None, b"-_"):
-        try:
-            return base64.b64decode(text, altchars, validate=True)
-        except (binascii.Error, ValueError):
-            continue
-    return None
+    return base64_bytes(text) or base64_bytes(text, b"-_")
 
 
 _OCTETS = "application/octet-stream"
@@ -457,12 +434,9 @@ def _char_index(encoded: bytes, offset: int) -> int:
     return len(encoded[: max(offset, 0)].decode("utf-8", errors="ignore"))
 
 
-_ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
 def _compact_args(args: Any) -> str:
     """The arguments as JSON text (text holding an object, a proxy's, is that text)."""
-    return object_text(args) or args_json(args, _ARGS_ENCODER)
+    return object_text(args) or args_json(args)
 
 
 def parse_response(body: Mapping[str, Any]) -> ModelResponse:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import copy
 import json
 import mimetypes
@@ -20,17 +19,27 @@ from golem.providers._answers import (
     in_order,
     own_blocks,
 )
-from golem.providers._jsonio import given
+from golem.providers._jsonio import args_object, base64_bytes, given
 
 __all__ = [
     "DUMMY_SIGNATURE",
     "EMPTY_PROMPT_TEXT",
+    "SERVER_PARTS",
     "SYNTHETIC_ID_PREFIX",
     "build_request_body",
     "deep_merge",
     "function_calling_config",
     "supports_json_output_with_tools",
 ]
+
+SERVER_PARTS: dict[str, str] = {
+    "executableCode": "code_execution",
+    "codeExecutionResult": "code_execution",
+    "toolCall": "",
+    "toolResponse": "",
+}
+"""Keys of the parts a server-side tool produces, and the tool's name (for `toolCall` /
+`toolResponse`, their `toolType`, lower-cased)."""
 
 SYNTHETIC_ID_PREFIX = "gemini_"
 """Prefix of the call IDs this adapter makes up for function calls Gemini sent without one."""
@@ -235,7 +244,7 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
             text_part["thoughtSignature"] = text_signatures[0]
     # Gemini's own server-side tool parts (grounding and URL-context metadata are no parts:
     # the API takes them in no request)
-    server = own_blocks(m, "gemini", _SERVER_PARTS.__contains__)
+    server = own_blocks(m, "gemini", SERVER_PARTS.__contains__)
     if server and m.content:
         parts.extend(_interleaved(m, server, text_part))
     elif text_part is not None and m.content:
@@ -248,7 +257,7 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
             media["thoughtSignature"] = p.signature
         parts.append(media)
     for i, c in enumerate(m.tool_calls):
-        call: dict[str, Any] = {"name": c.name, "args": _args_object(c.args)}
+        call: dict[str, Any] = {"name": c.name, "args": args_object(c.args, strict=True)}
         if c.id and not c.id.startswith(SYNTHETIC_ID_PREFIX):
             call["id"] = c.id
         part: dict[str, Any] = {"functionCall": call}
@@ -260,9 +269,6 @@ def _model_parts(m: Message) -> list[dict[str, Any]]:
     if text_part is not None and not m.content:
         parts.append(text_part)  # a signature-only text part, as Gemini sends it
     return parts
-
-
-_SERVER_PARTS = frozenset(("executableCode", "codeExecutionResult", "toolCall", "toolResponse"))
 
 
 def _interleaved(
@@ -283,21 +289,6 @@ def _interleaved(
         elif not isinstance(item, ThinkingBlock):
             parts.append(item)
     return parts
-
-
-def _args_object(args: str) -> dict[str, Any]:
-    """The `args` object for raw argument text; text that is not a JSON object is wrapped."""
-    try:
-        value = json.loads(args, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
-        return {"truncated_args": args}
-    if isinstance(value, dict):
-        return value
-    return {"truncated_args": args}
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _part(p: Part) -> dict[str, Any]:
@@ -328,9 +319,7 @@ def _data_url(url: str) -> dict[str, Any] | None:
     header, sep, payload = url[5:].partition(",")
     if not sep or not header.endswith(";base64"):
         return None
-    try:
-        base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
+    if base64_bytes(payload) is None:
         return None
     return {"mimeType": header[: -len(";base64")] or "application/octet-stream", "data": payload}
 

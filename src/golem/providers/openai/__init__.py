@@ -53,20 +53,12 @@ class _OpenAIModel(HTTPModel):
         api_key_header: str,
         system_role: str = "system",
     ) -> str:
-        """Check the settings, set the URL and headers; return the API root.
-
-        Raises:
-            ValueError: an empty model name, a non-positive timeout, `max_tokens` below 1,
-                an unknown system role.
-            AuthenticationError: no key for the default OpenAI endpoint.
-        """
+        """Check the settings (`ValueError`; `AuthenticationError`: no key for the default
+        endpoint), set the URL and headers; return the API root."""
         if not model:
             hint = " (for example 'gpt-5')" if path == "/responses" else ""
             raise ValueError(f"model name must not be empty{hint}")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive seconds, got {timeout}")
-        if max_tokens is not None and max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        self._setup(model, http_client, timeout, max_tokens, " seconds")
         if system_role not in _SYSTEM_ROLES:
             raise ValueError(
                 f'system_role must be "system", "developer" or "user", got {system_role!r}'
@@ -90,7 +82,6 @@ class _OpenAIModel(HTTPModel):
             else:
                 self._headers[api_key_header] = key
         self._headers.update(extra_headers or {})
-        self._setup(model, http_client, timeout)
         self.base_url = (root or DEFAULT_BASE_URL).rstrip("/")
         """The API root requests go to (`<base_url>/chat/completions`, `<base_url>/responses`)."""
         self._url = self.base_url + path

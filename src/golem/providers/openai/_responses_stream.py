@@ -7,7 +7,7 @@ from typing import Any
 
 from golem.errors import ProviderConnectionError
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._answers import replay_delta, unique_call_id
+from golem.providers._answers import replay_deltas, unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import parse_event_data, text_of
 from golem.providers._sse import replay, sse_events
@@ -65,7 +65,7 @@ class ResponsesStreamParser:
         """Whether the terminal event has arrived."""
         return self._final is not None
 
-    def feed(self, name: str | None, data: str) -> Delta | None:
+    def feed(self, name: str | None, data: str) -> Delta | list[Delta] | None:
         """Process one event's `data`; return the `Delta` it produces, if any."""
         event = parse_event_data(PROVIDER, data)
         if event is None:  # an event without data (a proxy's keep-alive) carries nothing
@@ -74,7 +74,7 @@ class ResponsesStreamParser:
         if not isinstance(kind, str):
             if event.get("object") == "response":  # a whole response: no stream after all
                 self._final = parse_responses_response(event)
-                return replay_delta(self._final, signatures=False)
+                return replay_deltas(self._final, signatures=False)
             elif isinstance(event.get("error"), Mapping):  # an error body from a proxy
                 raise error_from_payload(event)
             return None  # not an event this parser knows

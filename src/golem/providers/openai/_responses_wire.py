@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import mimetypes
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from golem.errors import ProviderError, ResponseFormatError
@@ -16,7 +14,7 @@ from golem.model import FinishReason, ModelRequest, ModelResponse, ToolSpec
 from golem.providers._answers import (
     RESPONSES_IMAGE_PREFIX,
     RESPONSES_REASONING_PREFIX,
-    RUN_SEPARATOR,
+    TextRuns,
     in_order,
     named_calls,
     own_blocks,
@@ -25,6 +23,7 @@ from golem.providers._answers import (
 )
 from golem.providers._jsonio import (
     args_json,
+    base64_bytes,
     given,
     json_text,
     raw_json,
@@ -34,7 +33,7 @@ from golem.providers._jsonio import (
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._schemas import strict_compatible
 from golem.providers.openai._wire import (
-    ARGS_ENCODER,
+    Options,
     data_url,
     json_schema_format,
     media_message,
@@ -62,28 +61,15 @@ BLOCKS = "openai-responses"
 
 
 @dataclass(frozen=True, slots=True)
-class ResponsesOptions:
-    """What an `OpenAIResponsesModel` adds to every request body, besides the conversation."""
+class ResponsesOptions(Options):
+    """What an `OpenAIResponsesModel` adds to every request body (beside `Options`)."""
 
-    model: str
-    """Model name sent as `model`."""
-    max_tokens: int | None = None
-    """Sent as `max_output_tokens`."""
-    temperature: float | None = None
-    top_p: float | None = None
-    reasoning_effort: str | None = None
-    """Sent as `reasoning.effort` ("minimal", "low", "medium", "high", ...)."""
     reasoning_summary: str | None = None
     """Sent as `reasoning.summary` ("auto", "concise", "detailed"): summaries become thinking text."""
     encrypted_reasoning: bool = False
     """Ask for `reasoning.encrypted_content`, so reasoning can be replayed without `store`."""
     store: bool = False
     """Sent as `store`: whether OpenAI keeps the response (golem does not rely on it)."""
-    strict: bool = True
-    """Mark tool and output schemas `strict` when they already qualify (else `strict: false`)."""
-    extra_body: dict[str, Any] = field(default_factory=dict)
-    """Merged last into the body (shallow), overriding what golem set; a `tools` list is
-    added after the function tools (built-in tools such as `{"type": "web_search"}`)."""
 
 
 # --------------------------------------------------------------------------- reasoning items
@@ -308,7 +294,7 @@ def function_arguments(value: Any) -> str:
     compatible server's) as JSON, null as ""."""
     if isinstance(value, str):
         return value
-    return "" if value is None else args_json(value, ARGS_ENCODER)
+    return "" if value is None else args_json(value)
 
 
 def function_call_id(item: Mapping[str, Any], response_id: str, index: int) -> str:
@@ -327,21 +313,19 @@ def function_call_id(item: Mapping[str, Any], response_id: str, index: int) -> s
 def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[Message, bool]:
     """The assistant message of a response's `output` items, and whether it was a refusal."""
     seen: set[str] = set()
-    text: list[str] = []
+    runs = TextRuns()
     thinking: list[ThinkingBlock] = []
     calls: list[ToolCall] = []
     citations: list[Citation] = []
     server: list[ServerToolBlock] = []
     parts: list[Part] = []
     refused = False
-    separated = texted = False
-    pos = 0
     for index, item in enumerate(output):
         if not isinstance(item, Mapping):
             continue
         kind = item.get("type")
         if kind == "message":
-            mark = _phase_mark(item, pos, len(thinking))
+            mark = _phase_mark(item, runs.length, len(thinking))
             if mark is not None:
                 server.append(mark)
             for part in _list(item.get("content")):
@@ -349,19 +333,15 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
                     continue
                 piece = text_of(part.get("text")) or text_of(part.get("refusal"))
                 refused = refused or part.get("type") == "refusal"
-                if separated and texted and piece:
-                    text.append(RUN_SEPARATOR)
-                    pos += len(RUN_SEPARATOR)
-                if piece:
-                    separated = False
-                texted = texted or bool(piece)
-                text.append(piece)
+                runs.add(piece)
                 annotations = part.get("annotations")
                 if isinstance(annotations, list):
+                    start = runs.length - len(piece)
                     citations.extend(
-                        _citation(a, pos, len(piece)) for a in annotations if isinstance(a, Mapping)
+                        _citation(a, start, len(piece))
+                        for a in annotations
+                        if isinstance(a, Mapping)
                     )
-                pos += len(piece)
         elif kind == "reasoning":
             thinking.append(reasoning_block(item))
         elif kind == "function_call":
@@ -373,14 +353,14 @@ def message_from_output(output: Sequence[Any], response_id: str = "") -> tuple[M
                 )
             )
         else:
-            separated = True
+            runs.separated = True
             image = _generated_image(item) if kind == "image_generation_call" else None
             if image is not None:
                 parts.append(image)
-            server.append(_builtin_block(item, pos, len(thinking)))
+            server.append(_builtin_block(item, runs.length, len(thinking)))
     message = Message(
         role="assistant",
-        content="".join(text),
+        content="".join(runs.parts),
         tool_calls=named_calls(PROVIDER, calls),
         thinking=thinking,
         citations=citations,
@@ -435,9 +415,8 @@ def _generated_image(item: Mapping[str, Any]) -> Part | None:
     result = item.get("result")
     if not isinstance(result, str) or not result:
         return None
-    try:
-        data = base64.b64decode(result, validate=True)
-    except (binascii.Error, ValueError):
+    data = base64_bytes(result)
+    if data is None:
         return None
     media = text_of(item.get("output_format")).lower() or "png"
     return Part(

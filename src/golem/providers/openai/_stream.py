@@ -9,13 +9,12 @@ from typing import Any
 from golem.errors import ProviderConnectionError, ProviderError
 from golem.messages import ToolCall
 from golem.model import Delta, ModelResponse, ThinkingDelta, ToolCallDelta
-from golem.providers._answers import deltas_of, unique_call_id
+from golem.providers._answers import unique_call_id
 from golem.providers._errors import STREAM_ENDED
 from golem.providers._jsonio import args_json, dig, parse_event_data, usage_of
 from golem.providers._sse import replay, sse_events
 from golem.providers.openai._errors import error_from_payload
 from golem.providers.openai._wire import (
-    ARGS_ENCODER,
     CHAT_USAGE,
     PROVIDER,
     OutputMedia,
@@ -27,7 +26,7 @@ from golem.providers.openai._wire import (
 )
 from golem.usage import Usage
 
-__all__ = ["ChatStreamParser", "deltas_of", "parse_stream_text", "sse_events"]
+__all__ = ["ChatStreamParser", "parse_stream_text", "sse_events"]
 
 
 @dataclass(slots=True)
@@ -200,7 +199,7 @@ class ChatStreamParser:
             call.name = new_name = name
         args = fn.get("arguments", fn.get("input"))
         if args is not None and not isinstance(args, str):
-            args = args_json(args, ARGS_ENCODER)
+            args = args_json(args)
         if args:
             call.args.append(args)
         sig = dig(tc, "extra_content", "google", "thought_signature")

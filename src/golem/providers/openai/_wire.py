@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 import mimetypes
@@ -27,6 +26,7 @@ from golem.providers._answers import (
 )
 from golem.providers._jsonio import (
     args_json,
+    base64_bytes,
     dig,
     given,
     int_of,
@@ -41,10 +41,10 @@ from golem.providers.openai._schemas import schema_name, strict_compatible
 from golem.usage import Usage
 
 __all__ = [
-    "ARGS_ENCODER",
     "CHAT_USAGE",
     "PROVIDER",
     "TOOL_PARTS_PLACEHOLDER",
+    "Options",
     "RequestOptions",
     "SystemRole",
     "answer",
@@ -69,9 +69,6 @@ __all__ = [
 
 PROVIDER = "openai"
 
-ARGS_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-"""Tool-call arguments a compatible server sent as a JSON object, as text (`args_json`)."""
-
 SystemRole = Literal["system", "developer", "user"]
 
 TOOL_PARTS_PLACEHOLDER = "File attached"
@@ -79,28 +76,35 @@ TOOL_PARTS_PLACEHOLDER = "File attached"
 
 
 @dataclass(frozen=True, slots=True)
-class RequestOptions:
-    """What an `OpenAIChatModel` adds to every request body, besides the conversation."""
+class Options:
+    """What an OpenAI model (either API) adds to every request body, besides the conversation."""
 
     model: str
     """Model name sent as `model`."""
     max_tokens: int | None = None
-    """Sent as `max_completion_tokens`."""
+    """Sent as `max_completion_tokens` (Chat), `max_output_tokens` (Responses)."""
     temperature: float | None = None
     top_p: float | None = None
-    stop: list[str] | None = None
     reasoning_effort: str | None = None
-    """Sent as `reasoning_effort` (OpenAI reasoning models: "minimal", "low", "medium", "high")."""
-    system_role: SystemRole = "system"
-    """Role that system messages are sent with."""
+    """Sent as `reasoning_effort` (Chat), `reasoning.effort` (Responses): "low", "high", ..."""
     strict: bool = True
     """Mark tool and output schemas `strict` when they already satisfy OpenAI's strict subset."""
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    """Merged last into the body (shallow), overriding what golem set; for Responses, a
+    `tools` list is added after the function tools (`{"type": "web_search"}`, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOptions(Options):
+    """What an `OpenAIChatModel` adds to every request body (beside `Options`)."""
+
+    stop: list[str] | None = None
+    system_role: SystemRole = "system"
+    """Role that system messages are sent with."""
     reasoning_field: str | None = None
     """Send thinking text back in this assistant-message field (e.g. "reasoning_content")."""
     tool_call_signatures: bool = False
     """Send `ToolCall.signature` back as Gemini's `extra_content.google.thought_signature`."""
-    extra_body: dict[str, Any] = field(default_factory=dict)
-    """Merged last into the body (shallow), overriding what golem set."""
 
 
 # --------------------------------------------------------------------------- request
@@ -516,12 +520,12 @@ def _audio_data(fragments: list[str]) -> bytes:
 
 
 def _base64(provider: str, text: str, what: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
+    data = base64_bytes(text)
+    if data is None:
         raise ResponseFormatError(
             f"{provider} answered with {what} data that is not base64", provider=provider
-        ) from None
+        )
+    return data
 
 
 _AUDIO_MAGIC = (
@@ -616,7 +620,7 @@ def parse_tool_call(tc: dict[str, Any]) -> ToolCall:
     if args is None:
         args = ""
     elif not isinstance(args, str):  # a server that sends the arguments as an object
-        args = args_json(args, ARGS_ENCODER)
+        args = args_json(args)
     return ToolCall(
         id=str(tc.get("id") or "") or synthesize_call_id(),
         name=str(fn.get("name") or ""),

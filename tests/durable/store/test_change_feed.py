@@ -1,8 +1,10 @@
-"""SQLite: other processes' commits wake waiters through the write-ahead log, between polls."""
+"""SQLite's change feed: a commit's publish travels with the transaction's result; other processes'
+commits wake waiters through the write-ahead log, between polls."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import sqlite3
 import subprocess
@@ -12,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from golem.durable.store import CallKind, ChangeFeed, NewCall, NewRun
-from golem.durable.store.sqlite import SQLiteStore, _WalWatch
+from golem.durable.store import CallKind, ChangeFeed, Decision, NewCall, NewRun
+from golem.durable.store.sqlite import SQLiteStore
 from tests.support.durable.procs import eventually
 
 pytestmark = pytest.mark.loop
@@ -38,64 +40,30 @@ async def _waiting(feed: ChangeFeed, n: int = 1) -> None:
 # ---------------------------------------------------------------------------- the log
 
 
-def _wal_db(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("CREATE TABLE IF NOT EXISTS t (x)")
-    return conn
-
-
-def _settled(watch: _WalWatch) -> None:
-    """Look until the watch has reported what it saw (a change is reported twice)."""
-    for _ in range(3):
-        if not watch.changed():
-            return
-    raise AssertionError("the watch keeps reporting changes with no commit")
-
-
-def test_the_log_changes_with_every_commit_of_any_connection(tmp_path: Path) -> None:
+async def test_every_commit_of_another_connection_wakes_a_waiter_checkpoints_included(
+    tmp_path: Path,
+) -> None:
+    """With an hour between polls, only the write-ahead log's watch can wake the waiter: each
+    commit of another store is seen, also after a checkpoint started the log over."""
     db = tmp_path / "h.db"
-    writer, reader = _wal_db(db), _wal_db(db)
-    watch = _WalWatch(Path(str(db) + "-wal"))
+    mine = await SQLiteStore.open(db, poll_interval=HOUR, watch_interval=0.001)
+    theirs = await SQLiteStore.open(db, poll_interval=HOUR)
     try:
-        assert watch.changed() is True  # the first look knows nothing yet
-        _settled(watch)
-        reader.execute("SELECT count(*) FROM t").fetchall()  # reads change nothing
-        assert watch.changed() is False
-        for i in range(20):
-            writer.execute("INSERT INTO t VALUES (?)", (i,))
-            assert watch.changed() is True, f"commit {i} went unseen"
-            assert watch.changed() is True, f"commit {i} was reported once only"
-            assert watch.changed() is False
-        writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the log starts over ...
-        _settled(watch)
-        writer.execute("INSERT INTO t VALUES (99)")  # ... and its next commit is seen too
-        assert watch.changed() is True
+        feed = mine.change_feed()
+        last = await mine.last_change_id()
+        for i in range(6):
+            if i == 3:
+                with contextlib.closing(sqlite3.connect(db)) as other:
+                    assert other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+            waiter = asyncio.create_task(feed.wait_for_change(last, WAIT))
+            await _waiting(feed)
+            await theirs.save_pending(_run(f"r{i}"))
+            woke = await asyncio.wait_for(waiter, WAIT)
+            assert woke > last, f"commit {i} went unseen"
+            last = woke
     finally:
-        writer.close()
-        reader.close()
-
-
-def test_a_missing_log_says_maybe_and_recovers(tmp_path: Path) -> None:
-    db = tmp_path / "late.db"
-    watch = _WalWatch(Path(str(db) + "-wal"))
-    assert watch.changed() is True  # no file yet: maybe
-    assert watch.changed() is False  # still none: the regular queries cover it
-    conn = _wal_db(db)
-    try:
-        assert watch.changed() is True
-        _settled(watch)
-        conn.execute("INSERT INTO t VALUES (1)")
-        assert watch.changed() is True
-    finally:
-        conn.close()
-    _settled(watch)  # the last connection closed: SQLite removed the log
-    conn = _wal_db(db)  # a new one
-    try:
-        conn.execute("INSERT INTO t VALUES (2)")
-        assert watch.changed() is True
-    finally:
-        conn.close()
+        await theirs.close()
+        await mine.close()
 
 
 _CHECKPOINT = textwrap.dedent(
@@ -153,6 +121,36 @@ def test_a_watch_or_hint_interval_must_be_positive_and_a_hint_needs_one(
 
 
 # ---------------------------------------------------------------------------- the feed
+
+
+async def test_the_feed_has_seen_a_commit_when_the_call_returns(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "s.db", poll_interval=HOUR)
+    try:
+        feed = store.change_feed()
+        mark = feed.ready_mark()
+        await store.save_pending(_run("r1"))
+        assert feed.last_id == await store.last_change_id()  # nobody waits: still recorded
+        await store.decide("r1", "c1", Decision.approve(), decided_by="ann")
+        assert feed.last_id == await store.last_change_id()
+        assert feed.ready_mark() > mark
+        # a waiter arriving later with an older mark returns at once, without a poll
+        assert await asyncio.wait_for(feed.wait_ready(mark, WAIT), WAIT) is True
+    finally:
+        await store.close()
+
+
+async def test_publishing_without_waiters_keeps_the_counts() -> None:
+    async def probe() -> int:
+        return 0
+
+    feed = ChangeFeed(probe, HOUR)
+    feed.publish(5, ready=True)
+    feed.publish(3, ready=False)  # older than what was seen: ignored
+    assert feed.last_id == 5
+    assert feed.ready_mark() == 1
+    assert await asyncio.wait_for(feed.wait_for_change(4, WAIT), WAIT) == 5
+    assert await asyncio.wait_for(feed.wait_ready(0, WAIT), WAIT) is True
+    await feed.aclose()
 
 
 async def test_the_poller_probes_only_when_the_hint_says_so() -> None:

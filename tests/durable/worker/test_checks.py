@@ -1,13 +1,17 @@
-"""The worker finds a run's stored calls from the end of its history, without a full pass."""
+"""`_checks`: the worker finds a run's stored calls from the end of its history, without a full
+pass; `new_run_from_result` files a pause's calls in emission order."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golem.durable.worker._checks import latest_calls as _latest_calls
-from golem.durable.worker._start import _emission_order
+from golem import Result
+from golem.deferred import DeferredRequests, PendingToolCall
+from golem.durable.worker import new_run_from_result
+from golem.durable.worker._checks import latest_calls
 from golem.messages import Message, ToolCall
+from golem.tool import DeferKind
 
 IDS = st.sampled_from(["a", "b", "c", "d", ""])
 
@@ -28,24 +32,31 @@ def histories(draw: st.DrawFn) -> list[Message]:
     return out
 
 
-def _full_pass(messages: list[Message], ids: set[str]) -> dict[str, ToolCall]:
-    return {c.id: c for m in messages for c in m.tool_calls if c.id in ids}
-
-
 @settings(deadline=None)
 @given(histories(), st.sets(IDS))
 def test_latest_calls_are_the_last_call_of_each_id(messages: list[Message], ids: set[str]) -> None:
-    assert _latest_calls(messages, ids) == _full_pass(messages, ids)
+    full = {c.id: c for m in messages for c in m.tool_calls if c.id in ids}
+    assert latest_calls(messages, ids) == full
 
 
 @settings(deadline=None)
-@given(histories(), st.lists(IDS, unique=True))
-def test_emission_order_sorts_like_a_full_pass(messages: list[Message], ids: list[str]) -> None:
+@given(histories(), st.lists(st.tuples(IDS, st.booleans()), unique_by=lambda t: t[0]))
+def test_a_new_run_files_its_calls_in_emission_order(
+    messages: list[Message], pending: list[tuple[str, bool]]
+) -> None:
+    """Ordered by each ID's last call in the history; IDs it lacks last, approvals first."""
     everything = [c.id for m in messages for c in m.tool_calls]
     full = {cid: i for i, cid in enumerate(everything)}  # the last occurrence wins
-    expected = sorted(ids, key=lambda cid: full.get(cid, len(everything)))  # missing: last
-    order = _emission_order(messages, ids)
-    assert sorted(ids, key=lambda cid: order.get(cid, 0)) == expected
+    kinds = {True: DeferKind.APPROVAL, False: DeferKind.EXTERNAL}
+    calls = {cid: PendingToolCall(cid, "t", "{}", kind=kinds[a]) for cid, a in pending}
+    grouped = [cid for cid, a in pending if a] + [cid for cid, a in pending if not a]
+    expected = sorted(grouped, key=lambda cid: full.get(cid, len(everything)))
+    requests = DeferredRequests(
+        approvals=[calls[cid] for cid, a in pending if a],
+        external=[calls[cid] for cid, a in pending if not a],
+    )
+    run = new_run_from_result(Result(None, messages, pending=requests), "ops")
+    assert [c.call_id for c in run.calls] == expected
 
 
 def test_the_scan_stops_at_the_pending_turn() -> None:
@@ -60,5 +71,4 @@ def test_the_scan_stops_at_the_pending_turn() -> None:
     old = Message(role="assistant", tool_calls=Poisoned([ToolCall("old", "t")]))
     last = Message(role="assistant", tool_calls=[ToolCall("p1", "t"), ToolCall("p2", "t")])
     history = [old, Message(role="tool", tool_call_id="old", content="x"), last]
-    assert set(_latest_calls(history, ["p2", "p1"])) == {"p1", "p2"}
-    assert _emission_order(history, ["p2", "p1"]) == {"p2": -1, "p1": -2}
+    assert set(latest_calls(history, ["p2", "p1"])) == {"p1", "p2"}

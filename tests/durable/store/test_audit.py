@@ -1,4 +1,5 @@
-"""`Store.audit_page`: the audit view's query, alike on SQLite and PostgreSQL (ADR 0077)."""
+"""The audit log and the global change log; `Store.audit_page`, the audit view's query, alike on
+SQLite and PostgreSQL (ADR 0077)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,20 @@ from typing import Any
 
 import pytest
 
-from golem.durable.store import AuditAction, CallKind, Decision, NewCall, NewRun, Store
-from golem.durable.store._sql import SQLStore, Tx
+from golem.durable.store import (
+    AuditAction,
+    CallKind,
+    Decision,
+    NewCall,
+    NewRun,
+    Outcome,
+    RunNotFound,
+    RunStatus,
+    Store,
+)
 from tests.support.durable.backends import Backend
+from tests.support.durable.runs import approval, external, later, make_run
+from tests.support.store import behind_the_back
 
 
 async def _runs(store: Store, spec: list[tuple[str, str]]) -> list[str]:
@@ -112,16 +124,14 @@ async def test_a_version_5_database_gains_the_agent_column_filled_in(backend: Ba
     store = await backend.open()
     try:
         ids = await _runs(store, [("a", "x"), ("b", "x")])
-        assert isinstance(store, SQLStore)
-
-        def back_to_5(tx: Tx) -> None:
-            tx.execute("DROP INDEX golem_audit_agent")
-            tx.execute("ALTER TABLE golem_audit DROP COLUMN agent")
-            tx.execute("DELETE FROM golem_schema_version WHERE version = 6")
-
-        await store._submit(True, back_to_5)
     finally:
         await store.close()
+    for sql in (
+        "DROP INDEX golem_audit_agent",
+        "ALTER TABLE golem_audit DROP COLUMN agent",
+        "DELETE FROM golem_schema_version WHERE version = 6",
+    ):
+        behind_the_back(backend, sql)
     store = await backend.open()
     try:
         assert await store.schema_version() == 6
@@ -151,3 +161,89 @@ async def test_a_rare_filter_looks_at_scan_entries_a_page_and_misses_none(store:
     assert got == want
     assert 0 in pages  # a stretch without a match: an empty page that is not the last
     assert len(pages) <= len(entries) // 3 + 1
+
+
+async def test_audit_records_a_full_lifecycle_in_order(store: Store) -> None:
+    run = await store.save_pending(make_run(approval("c1"), external("c2")))
+    await store.decide(run.id, "c1", Decision.deny("risky"), decided_by="bob", now=later(1))
+    await store.decide(run.id, "c2", Decision.external("v"), decided_by="svc", now=later(2))
+    await store.claim_ready("w1", 10, now=later(3))
+    await store.finish(run.id, "w1", Outcome.completed("fine"), now=later(4))
+    entries = await store.audit(run.id)
+    assert [(e.action, e.actor, e.detail) for e in entries] == [
+        (
+            AuditAction.CREATED,
+            "alice",
+            {
+                "agent": "ops",
+                "conversation_id": run.conversation_id,
+                "status": "pending",
+                "calls": ["c1", "c2"],
+            },
+        ),
+        (AuditAction.DECIDED, "bob", {"call_id": "c1", "decision": "deny", "reason": "risky"}),
+        (AuditAction.DECIDED, "svc", {"call_id": "c2", "decision": "external", "text": "v"}),
+        (AuditAction.READY, "svc", {}),
+        (
+            AuditAction.CLAIMED,
+            "worker:w1",
+            {"worker_id": "w1", "lease_expires_at": later(13).isoformat()},
+        ),
+        (AuditAction.COMPLETED, "worker:w1", {}),
+    ]
+    assert [e.at for e in entries[1:]] == [later(1), later(2), later(2), later(3), later(4)]
+    assert all(e.run_id == run.id for e in entries)
+    ids = [e.id for e in entries]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    with pytest.raises(RunNotFound):
+        await store.audit("nope")
+
+
+async def test_changes_since_pages_through_the_global_log(backend: Backend) -> None:
+    writer, reader = await backend.open(), await backend.open()
+    try:
+        assert await reader.last_change_id() == 0
+        assert await reader.changes_since() == []
+        a = await writer.save_pending(make_run())
+        b = await writer.save_pending(make_run())
+        await writer.decide(a.id, "c1", Decision.approve(), decided_by="bob")
+        everything = await reader.changes_since(0, limit=1000)
+        assert [(e.run_id, e.action) for e in everything] == [
+            (a.id, AuditAction.CREATED),
+            (b.id, AuditAction.CREATED),
+            (a.id, AuditAction.DECIDED),
+            (a.id, AuditAction.READY),
+        ]
+        assert await reader.last_change_id() == everything[-1].id
+        page1 = await reader.changes_since(0, limit=2)
+        page2 = await reader.changes_since(page1[-1].id, limit=2)
+        assert page1 + page2 == everything
+        assert await reader.changes_since(everything[-1].id) == []
+        await writer.decide(b.id, "c1", Decision.deny(), decided_by="carol")
+        new = await reader.changes_since(everything[-1].id)
+        assert [(e.run_id, e.action, e.actor) for e in new] == [
+            (b.id, AuditAction.DECIDED, "carol"),
+            (b.id, AuditAction.READY, "carol"),
+        ]
+    finally:
+        await writer.close()
+        await reader.close()
+
+
+async def test_changes_since_reads_each_runs_agent_status_and_parent_along(store: Store) -> None:
+    # so that event streams and notifiers need not read every run to learn them
+    run = await store.save_pending(make_run())
+    await store.decide(run.id, "c1", Decision.approve(), decided_by="bob")
+    await store.claim_ready("w1", 10)
+    child = make_run()
+    await store.finish(run.id, "w1", Outcome.paused(child))
+    entries = await store.changes_since(0, limit=100)
+    mine = [e for e in entries if e.run_id == run.id]
+    assert {(e.agent, e.run_status, e.parent_run_id) for e in mine} == {
+        ("ops", RunStatus.PAUSED, None)  # as the run is now, for every entry
+    }
+    theirs = [e for e in entries if e.run_id == child.id]
+    assert theirs
+    assert {(e.run_status, e.parent_run_id) for e in theirs} == {(RunStatus.PENDING, run.id)}
+    assert all(e.run_status is None for e in await store.audit(run.id))  # not read along
