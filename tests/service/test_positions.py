@@ -3,10 +3,13 @@ exactly, under this service's secret only, and anything else is None."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from golem.service.positions import _seal_entry, read_position, seal_cursor
+from golem.durable.store import AuditAction, AuditEntry
+from golem.service.positions import entry_id, read_position, seal_cursor
 
 SECRET = b"audit-pages-secret-that-is-32-bytes!"
 
@@ -21,10 +24,14 @@ SECRET = b"audit-pages-secret-that-is-32-bytes!"
 def test_positions_read_back_exactly_and_nothing_else_raises(
     entry: int, text: str, at: int, to: str
 ) -> None:
+    reference = entry_id(
+        AuditEntry(entry, "r", datetime.now(UTC), "a", AuditAction.DECIDED), SECRET
+    )
+    assert isinstance(reference, str)
     for full in (True, False):
         value = read_position(SECRET, text, full_view=full)
         assert value is None or 0 <= value < 2**63
-        for sealed in (_seal_entry(SECRET, entry), seal_cursor(SECRET, entry)):
+        for sealed in (reference, seal_cursor(SECRET, entry)):
             assert read_position(SECRET, sealed, full_view=full) == entry
             assert (
                 read_position(b"another-secret-of-32-bytes-long!", sealed, full_view=full) is None
