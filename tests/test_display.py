@@ -1,4 +1,5 @@
-"""Hidden characters in model text are shown, in the inbox and in the CLI."""
+"""The unit test of golem._display: hidden characters in model text are shown, in the inbox
+(`reveal_html`) and in the CLI."""
 
 from __future__ import annotations
 
