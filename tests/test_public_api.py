@@ -59,7 +59,9 @@ PUBLIC_ALL = {
         "StreamingModel ThinkingDelta ToolCallDelta ToolChoice ToolSpec check_tool_choice"
     ),
     "golem.integrations.otel": "format_traceparent instrument is_instrumented parse_traceparent uninstrument",
-    "golem.providers": "OLLAMA_BASE_URL FallbackModel infer_model",
+    "golem.providers": (
+        "MAX_ERROR_BODY MAX_RETRY_AFTER MAX_TOKEN_COUNT OLLAMA_BASE_URL FallbackModel infer_model"
+    ),
     "golem.providers.anthropic": "AnthropicModel OutputMode",
     "golem.providers.gemini": "DEFAULT_BASE_URL GeminiModel",
     "golem.providers.openai": "DEFAULT_BASE_URL OpenAIChatModel OpenAIResponsesModel",

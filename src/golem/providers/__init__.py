@@ -5,9 +5,19 @@ from __future__ import annotations
 import os
 
 from golem.model import Model
+from golem.providers._errors import MAX_ERROR_BODY
 from golem.providers._fallback import FallbackModel
+from golem.providers._jsonio import MAX_TOKEN_COUNT
+from golem.providers._retry import MAX_RETRY_AFTER
 
-__all__ = ["OLLAMA_BASE_URL", "FallbackModel", "infer_model"]
+__all__ = [
+    "MAX_ERROR_BODY",
+    "MAX_RETRY_AFTER",
+    "MAX_TOKEN_COUNT",
+    "OLLAMA_BASE_URL",
+    "FallbackModel",
+    "infer_model",
+]
 
 OLLAMA_BASE_URL = "http://localhost:11434/v1"
 """Where `"ollama:..."` models are served unless `OLLAMA_BASE_URL` is set (OpenAI-compatible)."""
