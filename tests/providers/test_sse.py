@@ -1,14 +1,17 @@
-"""The streaming SSE decoder: events cut at blank lines equal the line-by-line decoding,
-however the bytes are chunked and whatever the line endings."""
+"""The unit test of golem.providers._sse: events cut at blank lines equal the line-by-line
+decoding, however the bytes are chunked and whatever the line endings; one event is bounded."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from golem.errors import ResponseFormatError
 from golem.providers._sse import iter_sse, sse_block, sse_events
 from tests.support.adapters import Chunks, cut
 
@@ -70,3 +73,22 @@ def test_the_last_event_without_its_blank_line() -> None:
     # a stream that ends in "\r\r" ended its last event properly
     assert asyncio.run(_decode([b"data: \r\r"])) == [("", "")]
     assert list(sse_events(['data: {"a": '])) == []
+
+
+async def test_an_event_longer_than_the_bound_is_refused_unread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("golem.providers._sse.MAX_BODY", 100_000)  # 256 MiB unpatched
+    read = 0
+
+    async def endless() -> AsyncIterator[bytes]:
+        nonlocal read
+        yield b"data: {"
+        while read < 64 * 100_000:  # a bound, should the decoder read on
+            read += 4096
+            yield b"a" * 4096
+
+    with pytest.raises(ResponseFormatError, match="stream event longer than 100000 bytes"):
+        async for _ in iter_sse(httpx.Response(200, content=endless()), "openai"):
+            pass
+    assert read <= 100_000 + 2 * 4096

@@ -1,6 +1,6 @@
-"""How long a provider asks to be left alone, as `RateLimited.retry_after` and
-`Overloaded.retry_after` read it (unit tests of `golem.providers._retry`, and through each
-adapter's HTTP path): `Retry-After` in seconds or as an HTTP date, `retry-after-ms`, Gemini's
+"""The unit test of golem.providers._retry: how long a provider asks to be left alone, as
+`RateLimited.retry_after` and `Overloaded.retry_after` read it (also through each adapter's
+HTTP path): `Retry-After` in seconds or as an HTTP date, `retry-after-ms`, Gemini's
 `RetryInfo`, and — for a 429 without either — the reset of the exhausted rate limit
 (OpenAI's Go durations, Anthropic's RFC 3339 times). A wait that is not a finite number is
 no answer; every wait is bounded by `MAX_RETRY_AFTER`.
