@@ -497,20 +497,25 @@ async def _tool_batch(
     # one call at a time, in emission order, unless parallel
     groups = _groups(tools) if policy.parallel_tool_calls else [[i] for i in range(len(calls))]
     for group in groups:
+        if len(group) == 1:  # the common case, without a task: the call runs on this one
+            i = group[0]
+            _start_event(state, turn, calls[i])
+            out = await (_cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i]))
+            raise_if_swallowed(state.cancels)
+            _end_event(state, turn, calls[i], out)
+            if out.kind != "deferred":
+                state.tool_calls += 1
+            _settle(policy, state, turn, calls, i, tools[i], out, recorded, deferrals)
+            continue
         for i in group:
             _start_event(state, turn, calls[i])
-        runs = [
-            _cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i])
-            for i in group
-        ]
-        if len(runs) == 1:
-            outcomes = [await runs[0]]
-            raise_if_swallowed(state.cancels)
-        else:
-            outcomes = await _together(runs)
+        outcomes = await _together(
+            [_cut_off(stop) if i == cut else _execute(policy, state, tools[i], calls[i]) for i in group]
+        )
         for i, out in zip(group, outcomes, strict=True):
             _end_event(state, turn, calls[i], out)
-        state.tool_calls += sum(1 for out in outcomes if out.kind != "deferred")
+            if out.kind != "deferred":
+                state.tool_calls += 1
         for i, out in zip(group, outcomes, strict=True):
             _settle(policy, state, turn, calls, i, tools[i], out, recorded, deferrals)
     if deferrals:

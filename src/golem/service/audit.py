@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, urlencode
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from golem.durable.store import AuditAction, AuditEntry, AuditPage, RunNotFound, Store
+from golem.durable.store import AuditAction, AuditEntry, AuditPage
 from golem.service import schemas
 from golem.service.api import audit_model
 from golem.service.auth import Credential
@@ -29,7 +29,6 @@ from golem.service.views import audit_view, path, short
 # The handlers behind `golem.service.create_app`; nothing here is public API.
 __all__: list[str] = []
 
-_FALLBACK_BATCH = 1000  # entries read per query from a store without `audit_page`
 SCAN = 5000  # entries a filtered page looks at beyond its own before it stops
 
 
@@ -69,57 +68,10 @@ async def _audit_page(state: ServiceState, cred: Credential, q: schemas.AuditQue
         "before": before,
         "limit": q.limit,
     }
-    paged = getattr(store, "audit_page", None)
-    if paged is not None:
-        page: AuditPage = await paged(**filters, scan=SCAN)
-    else:
-        page = await _scan(store, **filters)
+    page: AuditPage = await store.audit_page(**filters, scan=SCAN)
     rows = [e for e in page.entries if e.agent is not None]
     nxt = None if page.next_before is None else seal_cursor(state.auth.secret, page.next_before)
     return _AuditPage(rows, nxt, shown_to(cred, state.auth.secret))
-
-
-async def _scan(
-    store: Store,
-    *,
-    agents: frozenset[str] | None,
-    action: AuditAction | None,
-    run_contains: str | None,
-    actor_contains: str | None,
-    before: int | None,
-    limit: int,
-) -> AuditPage:
-    """`Store.audit_page` for a store without it: the whole log read, then filtered."""
-    found: list[AuditEntry] = []
-    names: dict[str, str | None] = {}
-    fold = (actor_contains or "").casefold()
-    cursor = 0
-    while True:
-        batch = await store.changes_since(cursor, limit=_FALLBACK_BATCH)
-        if not batch:
-            break
-        cursor = batch[-1].id
-        for e in batch:
-            if before is not None and e.id >= before:
-                continue
-            if action is not None and e.action is not action:
-                continue
-            if run_contains and run_contains not in e.run_id:
-                continue
-            if fold and fold not in e.actor.casefold():
-                continue
-            if e.run_id not in names:
-                try:
-                    names[e.run_id] = e.agent or (await store.get_run(e.run_id)).agent
-                except RunNotFound:
-                    names[e.run_id] = None
-            agent = names[e.run_id]
-            if agent is None or (agents is not None and agent not in agents):
-                continue
-            found.append(AuditEntry(e.id, e.run_id, e.at, e.actor, e.action, e.detail, agent))
-    found.reverse()
-    more = len(found) > limit
-    return AuditPage(found[:limit], found[limit - 1].id if more else None)
 
 
 def _item(row: AuditEntry, secret: bytes | None) -> dict[str, Any]:
