@@ -38,7 +38,9 @@ class _Reader:
 
     def __init__(self, provider: str | None) -> None:
         self.provider = provider
-        self.buffer = ""
+        self.pending: list[str] = []  # text after the last blank line, in pieces (joined once)
+        self.size = 0  # its length
+        self.last = ""  # its last character
         self.head = ""  # the stream's first line, to quote when it holds no event
         self.cr = False  # the last piece ended in "\r": the next may start with its "\n"
         self.start = True  # no text yet: a BOM may come first
@@ -58,25 +60,29 @@ class _Reader:
         if len(self.head) < 200 and "\n" not in self.head:  # until the first line is whole
             self.head += text[:200]
         # only the new text (and the newline before it) can complete an event
-        complete = "\n\n" in text or (text[0] == "\n" and self.buffer.endswith("\n"))
-        self.buffer += text
+        complete = "\n\n" in text or (text[0] == "\n" and self.last == "\n")
+        self.pending.append(text)
+        self.size += len(text)
+        self.last = text[-1]
         if not complete:
-            if len(self.buffer) > MAX_BODY:
+            if self.size > MAX_BODY:
                 raise ResponseFormatError(
                     f"{self.provider} sent a stream event longer than {MAX_BODY} bytes",
                     provider=self.provider or "",
                 )
             return []
-        *blocks, self.buffer = self.buffer.split("\n\n")
+        *blocks, rest = "".join(self.pending).split("\n\n")
+        self.pending, self.size, self.last = [rest], len(rest), rest[-1:]
         return [item for item in map(sse_block, blocks) if item is not None]
 
     def close(self, rest: str = "") -> list[tuple[str, str]]:
         """The events left at the end (`rest`: the decoder's last text); a last event
         without its blank line is kept when whole (`_whole`)."""
-        self.buffer += rest + ("\n" if self.cr else "")  # a final "\r" ends a line
-        *blocks, self.buffer = self.buffer.split("\n\n")
+        text = "".join(self.pending) + rest + ("\n" if self.cr else "")  # a final "\r" ends a line
+        *blocks, tail = text.split("\n\n")
+        self.pending, self.size, self.last = [tail], len(tail), tail[-1:]
         items = [item for item in map(sse_block, blocks) if item is not None]
-        last = _whole(sse_block(self.buffer.strip("\n"))) if self.buffer.strip("\n") else None
+        last = _whole(sse_block(tail.strip("\n"))) if tail.strip("\n") else None
         return items if last is None else [*items, last]
 
 
@@ -103,7 +109,7 @@ async def iter_sse(
         and head.strip()
         and not _SSE_START.match(head.lstrip("\n"))
     ):
-        _refuse_no_stream(provider, head, reader.buffer)
+        _refuse_no_stream(provider, head, "".join(reader.pending))
 
 
 def _refuse_no_stream(provider: str, head: str, rest: str) -> None:
