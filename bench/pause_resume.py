@@ -82,10 +82,11 @@ def golem_cycle(seal_key: bytes | None = None, sync: bool = False, thread: bool 
         paused = await agent.run("Clean up the workspace.")
         assert paused.pending is not None
         assert bool(paused.pending.approvals[0].seal) is (seal_key is not None)
-        stored = dumps_history(paused.messages)
-        resumed = await agent.run_with_deferred_results(
-            PausedRun(loads_history(stored), paused.pending, paused.conversation_id), approve
-        )
+        stored = loads_history(dumps_history(paused.messages))
+        # keyless: the history alone, as the Go contract resumes; keyed: the paused run, whose
+        # conversation and pending calls a sealed resume must be told (and checks)
+        keyed = PausedRun(stored, paused.pending, paused.conversation_id)
+        resumed = await agent.run_with_deferred_results(keyed if seal_key else stored, approve)
         assert resumed.output == ANSWER
         return resumed
 
