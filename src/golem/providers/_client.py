@@ -3,6 +3,7 @@ body or with an event stream, transport failures translated, keys from the envir
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import json
 import os
@@ -44,7 +45,7 @@ __all__ = [
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
-class HTTPModel:
+class HTTPModel(abc.ABC):
     """Base of the adapters: `generate` and `generate_stream` POST `request_body(request)`.
 
     Every adapter takes `model`; `api_key` (else read from the environment at construction:
@@ -98,16 +99,20 @@ class HTTPModel:
         """`model`, under the name `FallbackModel` and `ModelResponse` use."""
         return self.model
 
+    @abc.abstractmethod
     def request_body(self, request: ModelRequest, *, stream: bool = False) -> dict[str, Any]:
         """The JSON body this model sends for `request`."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def _endpoint(self, stream: bool) -> str:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def _parse(self, body: dict[str, Any], request: ModelRequest) -> ModelResponse:
         raise NotImplementedError
 
+    @abc.abstractmethod
     def _parser(self, request: ModelRequest) -> EventParser:
         raise NotImplementedError
 
